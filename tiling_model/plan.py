@@ -1,0 +1,45 @@
+"""Per-core work as the kernel reads it from the tiling struct.
+
+This mirrors the kernel's Init: a core below tailBlockNum is a big core, the others small,
+and the last core (block_dim-1) takes the lastCore* fields. Validation, the cost model and
+the CLI summary all read the plan from here, so they cannot disagree with each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiling_model.tiling import TilingData
+
+
+@dataclass(frozen=True)
+class CorePlan:
+    index: int
+    kind: str  # "big", "small" or "last"
+    start: int  # first element
+    count: int  # elements this core processes
+    tiles: int
+    tile_elems: int
+    tail_elems: int  # elements in the last tile
+
+    @property
+    def end(self) -> int:
+        """One past the last element."""
+        return self.start + self.count
+
+
+def core_plan(t: TilingData) -> list[CorePlan]:
+    f = t.fields
+    plans = []
+    for i in range(t.block_dim):
+        if i < f.tailBlockNum:
+            kind, start = "big", f.bigCoreDataNum * i
+            count, tiles, tail = f.bigCoreDataNum, f.finalBigTileNum, f.bigTailDataNum
+        else:
+            kind = "small"
+            start = f.bigCoreDataNum * f.tailBlockNum + f.smallCoreDataNum * (i - f.tailBlockNum)
+            count, tiles, tail = f.smallCoreDataNum, f.finalSmallTileNum, f.smallTailDataNum
+        if i == t.block_dim - 1:
+            kind, count, tiles, tail = "last", f.lastCoreDataNum, f.lastCoreTileNum, f.lastCoreTailDataNum
+        plans.append(CorePlan(i, kind, start, count, tiles, f.tileDataNum, tail))
+    return plans

@@ -1,0 +1,66 @@
+"""SoC profiles: the sourced hardware facts the tiling and the cost model depend on.
+
+Profiles are data (``socs/<name>.json``), each number with a one-line source note, so a
+user can audit or refit them without touching code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+
+class UnknownSocError(ValueError):
+    """Raised for a SoC name that has no profile; the message lists the known ones."""
+
+
+@dataclass(frozen=True)
+class SocProfile:
+    name: str
+    family: str
+    aiv_cores: int
+    ub_bytes: int
+    ub_reserve_bytes: int
+    clock_mhz: float
+    hbm_gbps: float
+    l2_bytes: int
+    l2_gbps: float
+    memory_bytes: int
+    mte2_curve_kib_us: tuple[tuple[float, float], ...]
+    mte3_curve_kib_us: tuple[tuple[float, float], ...]
+    vector_start_cycles: float
+    launch_us: float
+    misaligned_bw_factor: float
+    sources: dict[str, str] = field(compare=False, hash=False)
+    profile_hash: str = field(default="", compare=False)
+
+    @property
+    def ub_usable_bytes(self) -> int:
+        """UB a kernel may allocate with InitBuffer: platform size less the reserve."""
+        return self.ub_bytes - self.ub_reserve_bytes
+
+
+def _profile_dir() -> resources.abc.Traversable:
+    return resources.files("tiling_model") / "socs"
+
+
+@cache
+def known_socs() -> tuple[str, ...]:
+    """Names of all SoCs with a shipped profile, sorted."""
+    return tuple(sorted(p.name[:-5] for p in _profile_dir().iterdir() if p.name.endswith(".json")))
+
+
+@cache
+def load_soc(name: str) -> SocProfile:
+    """Load one profile by SoC name (e.g. ``Ascend910B2``)."""
+    if name not in known_socs():
+        raise UnknownSocError(f"unknown SoC {name!r}; known: {', '.join(known_socs())}")
+    raw_bytes = (_profile_dir() / f"{name}.json").read_bytes()
+    raw = json.loads(raw_bytes)
+    raw["mte2_curve_kib_us"] = tuple(tuple(p) for p in raw["mte2_curve_kib_us"])
+    raw["mte3_curve_kib_us"] = tuple(tuple(p) for p in raw["mte3_curve_kib_us"])
+    raw["profile_hash"] = hashlib.sha256(raw_bytes).hexdigest()[:16]
+    return SocProfile(**raw)

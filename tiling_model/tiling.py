@@ -1,0 +1,327 @@
+"""Host tiling: split n elements over vector cores in blocks, then each core into UB tiles.
+
+Two schemes share the seed's big-core / small-core structure:
+
+* ``seed`` reproduces the requirement's host tiling field by field (UB size as the
+  platform reports it, nothing reserved, tiles in whole 512-B blocks, uint32 intermediates),
+  flaws included: every core is rounded up to whole blocks, so the last core reads and writes
+  past the end of the tensors whenever n*dtype_size is not a multiple of the block.
+* ``exact`` (default) gives every element to exactly one core and one tile: the last core is
+  cut to end at element n-1 and its tail is exact (the kernel copies non-32-B tails with
+  DataCopyPad).
+"""
+
+from __future__ import annotations
+
+
+import struct
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Literal
+
+from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, check_combination
+from tiling_model.layout import KernelLayout, kernel_layout
+from tiling_model.soc import SocProfile, load_soc
+
+Scheme = Literal["seed", "exact"]
+SCHEMES: tuple[str, ...] = ("seed", "exact")
+INT64_MAX = 2**63 - 1
+#: The seed's block granularity and its UB share count (ubDataNumber: 5 tensors).
+SEED_BLOCK_BYTES = 512
+SEED_BUFFER_NUM = 2
+SEED_UB_DATA_NUMBER = 5
+_U32 = 0xFFFFFFFF
+
+
+class TilingError(ValueError):
+    """Input that cannot be turned into a tiling at all (bad shape or parameter domain)."""
+
+
+@dataclass(frozen=True)
+class TilingParams:
+    """The four knobs the tuner searches; ``None`` means the scheme's default."""
+
+    block_bytes: int | None = None
+    buffer_num: int | None = None
+    tile_bytes: int | None = None
+    core_num: int | None = None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ResolvedParams:
+    block_bytes: int
+    buffer_num: int
+    tile_bytes: int
+    core_num: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TilingFields:
+    """The kernel's tiling struct, field for field and in order (all int64).
+
+    Mirrors ``kernel/op_kernel/bce_grad_tiling_data.h``; a test checks the two agree.
+    The first ten fields are the requirement's; the last four are bcetune's additions.
+    """
+
+    totalLength: int
+    smallCoreDataNum: int
+    bigCoreDataNum: int
+    finalBigTileNum: int
+    finalSmallTileNum: int
+    tileDataNum: int
+    smallTailDataNum: int
+    bigTailDataNum: int
+    tailBlockNum: int
+    reduction: int
+    lastCoreDataNum: int  # elements of core block_dim-1 (exact: cut at n-1)
+    lastCoreTileNum: int
+    lastCoreTailDataNum: int
+    scaleBits: int  # IEEE-754 float32 bits of the grad scale: 1/N for mean, 1.0 otherwise
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+@dataclass(frozen=True)
+class TilingData:
+    """An immutable tiling: the struct fields plus what the launcher needs."""
+
+    fields: TilingFields
+    block_dim: int
+    tiling_key: int
+    scheme: str
+    soc: str
+    shape: tuple[int, ...]
+    dtype: str
+    reduction: str
+    weight: bool
+    params: ResolvedParams
+
+    @property
+    def n(self) -> int:
+        return self.fields.totalLength
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def layout(self) -> KernelLayout:
+        return kernel_layout(self.dtype, self.reduction, self.weight, self.scheme)
+
+    def field_dict(self) -> dict[str, int]:
+        return asdict(self.fields)
+
+    def to_bytes(self) -> bytes:
+        """The exact bytes the kernel reads: little-endian int64 fields in struct order."""
+        values = astuple_fields(self.fields)
+        return struct.pack(f"<{len(values)}q", *values)
+
+
+def astuple_fields(f: TilingFields) -> tuple[int, ...]:
+    return tuple(getattr(f, name) for name in TilingFields.names())
+
+
+def tiling_key(reduction: str, dtype: str, weight: bool, buffer_num: int) -> int:
+    """Decimal-digit key the kernel dispatches on.
+
+    ones: schMode (0 none, 1 sum/mean, as the seed); tens: dtype id; hundreds: weight
+    present; thousands: BUFFER_NUM (a template parameter of the kernel class).
+    """
+    sch_mode = 0 if reduction == "none" else 1
+    return sch_mode + 10 * DTYPE_ID[dtype] + 100 * int(weight) + 1000 * buffer_num
+
+
+def element_count(shape: Sequence[int]) -> int:
+    """Product of the dims, checked: non-negative ints, result within int64."""
+    n = 1
+    for i, d in enumerate(shape):
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise TilingError(f"shape[{i}] must be an integer, got {d!r}")
+        if d < 0:
+            raise TilingError(f"shape[{i}] is negative ({d})")
+        n *= d
+    if n > INT64_MAX:
+        raise TilingError(f"element count {n} exceeds int64")
+    return n
+
+
+def seed_tile_bytes(soc: SocProfile, block_bytes: int, buffer_num: int) -> int:
+    """The seed's tile: (ubSize / BLOCK / BUFFER_NUM) / ubDataNumber whole blocks, at least one."""
+    tile_blocks = soc.ub_bytes // block_bytes // buffer_num // SEED_UB_DATA_NUMBER
+    return max(tile_blocks, 1) * block_bytes
+
+
+def default_tile_bytes(layout: KernelLayout, soc: SocProfile, block_bytes: int, buffer_num: int) -> int:
+    """Exact scheme default: the seed's whole-block rule applied to the usable UB and the
+    variant's real buffer plan (largest multiple of the block that fits; 32 B if none does)."""
+    fit = layout.max_tile_bytes(soc.ub_usable_bytes, buffer_num)
+    if fit >= block_bytes:
+        return fit // block_bytes * block_bytes
+    return max(fit, 32)
+
+
+def resolve_params(
+    params: TilingParams | None,
+    dtype: str,
+    reduction: str,
+    weight: bool,
+    soc: SocProfile,
+    scheme: str,
+) -> ResolvedParams:
+    """Fill defaults and check each knob's domain (values a tiling cannot even express).
+
+    Alignment, UB fit, queue and core limits are not checked here: ``validate`` reports them,
+    so a user can look at a tiling that breaks them.
+    """
+    p = params or TilingParams()
+    elem = DTYPE_BYTES[dtype]
+    for name in ("block_bytes", "buffer_num", "tile_bytes", "core_num"):
+        v = getattr(p, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise TilingError(f"{name} must be a positive integer, got {v!r}")
+    block = p.block_bytes if p.block_bytes is not None else SEED_BLOCK_BYTES
+    bn = p.buffer_num if p.buffer_num is not None else SEED_BUFFER_NUM
+    if block % elem:
+        raise TilingError(f"block_bytes={block} is not a multiple of the {dtype} size ({elem} B)")
+    if p.tile_bytes is None:
+        if scheme == "seed":
+            tile = seed_tile_bytes(soc, block, bn)
+        else:
+            tile = default_tile_bytes(kernel_layout(dtype, reduction, weight, scheme), soc, block, bn)
+    else:
+        tile = p.tile_bytes
+    if tile % elem:
+        raise TilingError(f"tile_bytes={tile} is not a multiple of the {dtype} size ({elem} B)")
+    if scheme == "seed" and tile % block:
+        raise TilingError(f"the seed scheme tiles in whole blocks: tile_bytes={tile} is not a multiple of block_bytes={block}")
+    cores = p.core_num if p.core_num is not None else soc.aiv_cores
+    return ResolvedParams(block, bn, tile, cores)
+
+
+def _tiles(count: int, tile_elems: int) -> tuple[int, int]:
+    """(tile count, elements in the last tile) for ``count`` elements; (0, 0) when empty."""
+    if count <= 0:
+        return 0, 0
+    num = -(-count // tile_elems)
+    return num, count - (num - 1) * tile_elems
+
+
+def _scale_bits(reduction: str, n: int) -> int:
+    scale = 1.0 if reduction != "mean" else (1.0 / n if n else 0.0)
+    return struct.unpack("<I", struct.pack("<f", scale))[0]
+
+
+def compute_tiling(
+    shape: Sequence[int],
+    dtype: str,
+    reduction: str,
+    params: TilingParams | None = None,
+    soc: str | SocProfile = "Ascend910B2",
+    scheme: str = "exact",
+    weight: bool = True,
+) -> TilingData:
+    """Compute the host tiling of one call; raises TilingError / UnsupportedError on bad input."""
+    check_combination(dtype, reduction)
+    if scheme not in SCHEMES:
+        raise TilingError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    if scheme == "seed" and not weight:
+        raise TilingError("the seed scheme always reads weight (the requirement's kernel has no optional weight)")
+    profile = soc if isinstance(soc, SocProfile) else load_soc(soc)
+    n = element_count(shape)
+    rp = resolve_params(params, dtype, reduction, weight, profile, scheme)
+    build = _seed_fields if scheme == "seed" else _exact_fields
+    f, block_dim = build(n, DTYPE_BYTES[dtype], rp, reduction)
+    return TilingData(
+        fields=f,
+        block_dim=block_dim,
+        tiling_key=tiling_key(reduction, dtype, weight, rp.buffer_num),
+        scheme=scheme,
+        soc=profile.name,
+        shape=tuple(shape),
+        dtype=dtype,
+        reduction=reduction,
+        weight=weight,
+        params=rp,
+    )
+
+
+def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: str) -> tuple[TilingFields, int]:
+    tile_elems = p.tile_bytes // elem
+    red = REDUCTION_ID[reduction]
+    if n == 0:
+        return TilingFields(0, 0, 0, 0, 0, tile_elems, 0, 0, 0, red, 0, 0, 0, _scale_bits(reduction, 0)), 0
+    block_elems = p.block_bytes // elem
+    blocks = -(-n // block_elems)
+    cores = min(p.core_num, blocks)
+    every, tail_blocks = divmod(blocks, cores)
+    small = every * block_elems
+    big = (every + 1) * block_elems
+    small_tiles, small_tail = _tiles(small, tile_elems)
+    big_tiles, big_tail = _tiles(big, tile_elems)
+    last_start = big * tail_blocks + small * (cores - 1 - tail_blocks)
+    last = n - last_start
+    last_tiles, last_tail = _tiles(last, tile_elems)
+    f = TilingFields(
+        n, small, big, big_tiles, small_tiles, tile_elems, small_tail, big_tail, tail_blocks, red,
+        last, last_tiles, last_tail, _scale_bits(reduction, n),
+    )
+    return f, cores
+
+
+def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: str) -> tuple[TilingFields, int]:
+    """The requirement's tiling, with its uint32 intermediates and its rounding."""
+    block = p.block_bytes
+    tile_block_num = max(p.tile_bytes // block, 1) & _U32
+    tile_data = ((tile_block_num * block) // elem) & _U32 or 1
+    blocks_total = (n * elem + block - 1) // block
+    cores = max(min(p.core_num, blocks_total), 1)
+    every = blocks_total // cores
+    tail_blocks = (blocks_total % cores) & _U32
+    small = (every * block // elem) & _U32
+    small_tiles = (every // tile_block_num) & _U32
+    final_small = small_tiles if every % tile_block_num == 0 else (small_tiles + 1) & _U32
+    small_tail = small - tile_data * small_tiles
+    small_tail = tile_data if small_tail <= 0 else small_tail & _U32
+    big_every = every + 1
+    big = (big_every * block // elem) & _U32
+    big_tiles = (big_every // tile_block_num) & _U32
+    final_big = big_tiles if big_every % tile_block_num == 0 else (big_tiles + 1) & _U32
+    big_tail = big - tile_data * big_tiles
+    big_tail = tile_data if big_tail <= 0 else big_tail & _U32
+    # The seed has no last-core fields: its last core is a small core (tailBlockNum < cores).
+    f = TilingFields(
+        n, small, big, final_big, final_small, tile_data, small_tail, big_tail, tail_blocks,
+        REDUCTION_ID[reduction], small, final_small, small_tail, _scale_bits(reduction, n),
+    )
+    return f, cores
+
+
+def params_from_dict(d: dict[str, int | None] | None) -> TilingParams:
+    """TilingParams from a mapping, rejecting unknown keys by name."""
+    if not d:
+        return TilingParams()
+    known = {f.name for f in fields(TilingParams)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise TilingError(f"unknown tiling parameter(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return TilingParams(**d)
+
+
+__all__ = [
+    "SCHEMES",
+    "ResolvedParams",
+    "TilingData",
+    "TilingError",
+    "TilingFields",
+    "TilingParams",
+    "compute_tiling",
+    "element_count",
+]
