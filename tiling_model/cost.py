@@ -26,8 +26,14 @@ from tiling_model.tiling import TilingData
 #: Cycles per 256-B repeat on one 910B1 AIV (MSKPP, data/mskpp_vector_instr_910b1.csv):
 #: binary ops 2.0, tensor-scalar ops 1.0, VCONV ~1.0 (fp32->fp16 0.49).
 CYCLES_PER_REPEAT: dict[str, float] = {
-    "sub": 2.0, "mul": 2.0, "add": 2.0, "muls": 1.0, "adds": 1.0,
-    "cast_up": 1.0, "cast_down_f16": 0.49, "cast_down_bf16": 1.0,
+    "sub": 2.0,
+    "mul": 2.0,
+    "add": 2.0,
+    "muls": 1.0,
+    "adds": 1.0,
+    "cast_up": 1.0,
+    "cast_down_f16": 0.49,
+    "cast_down_bf16": 1.0,
 }
 REPEAT_BYTES = 256
 GM_ALIGN_BYTES = 512
@@ -127,8 +133,9 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None) -> Prediction:
     misaligned_share = misaligned_cores / len(core_times) if tile_aligned else 1.0
     bw_factor = 1.0 - misaligned_share * (1.0 - profile.misaligned_bw_factor)
     covered = max(c.end for c in plans)
-    bytes_moved = (n_in + n_out) * covered * elem + scalar_bytes * (1 if not layout.scalar_queue_bytes else sum(
-        c.tiles for c in plans))
+    bytes_moved = (n_in + n_out) * covered * elem + scalar_bytes * (
+        1 if not layout.scalar_queue_bytes else sum(c.tiles for c in plans)
+    )
     bandwidth_us = bytes_moved / (profile.hbm_gbps * 1e3 * bw_factor)
     core_us = max(core_times)
     body = max(core_us, bandwidth_us)

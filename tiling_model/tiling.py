@@ -13,7 +13,6 @@ Two schemes share the seed's big-core / small-core structure:
 
 from __future__ import annotations
 
-
 import struct
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
@@ -201,7 +200,9 @@ def resolve_params(
     if tile % elem:
         raise TilingError(f"tile_bytes={tile} is not a multiple of the {dtype} size ({elem} B)")
     if scheme == "seed" and tile % block:
-        raise TilingError(f"the seed scheme tiles in whole blocks: tile_bytes={tile} is not a multiple of block_bytes={block}")
+        raise TilingError(
+            f"the seed scheme tiles in whole blocks: tile_bytes={tile} is not a multiple of block_bytes={block}"
+        )
     cores = p.core_num if p.core_num is not None else soc.aiv_cores
     return ResolvedParams(block, bn, tile, cores)
 
@@ -270,8 +271,20 @@ def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: str) -> tuple
     last = n - last_start
     last_tiles, last_tail = _tiles(last, tile_elems)
     f = TilingFields(
-        n, small, big, big_tiles, small_tiles, tile_elems, small_tail, big_tail, tail_blocks, red,
-        last, last_tiles, last_tail, _scale_bits(reduction, n),
+        n,
+        small,
+        big,
+        big_tiles,
+        small_tiles,
+        tile_elems,
+        small_tail,
+        big_tail,
+        tail_blocks,
+        red,
+        last,
+        last_tiles,
+        last_tail,
+        _scale_bits(reduction, n),
     )
     return f, cores
 
@@ -298,8 +311,20 @@ def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: str) -> tuple[
     big_tail = tile_data if big_tail <= 0 else big_tail & _U32
     # The seed has no last-core fields: its last core is a small core (tailBlockNum < cores).
     f = TilingFields(
-        n, small, big, final_big, final_small, tile_data, small_tail, big_tail, tail_blocks,
-        REDUCTION_ID[reduction], small, final_small, small_tail, _scale_bits(reduction, n),
+        n,
+        small,
+        big,
+        final_big,
+        final_small,
+        tile_data,
+        small_tail,
+        big_tail,
+        tail_blocks,
+        REDUCTION_ID[reduction],
+        small,
+        final_small,
+        small_tail,
+        _scale_bits(reduction, n),
     )
     return f, cores
 

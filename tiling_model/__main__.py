@@ -1,0 +1,5 @@
+import sys
+
+from tiling_model.cli import main
+
+sys.exit(main())

@@ -1,0 +1,131 @@
+"""``python -m tiling_model tiling ...``: print a tiling, its per-core plan, violations and time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from tiling_model.cost import predict_detail
+from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
+from tiling_model.plan import core_plan
+from tiling_model.soc import UnknownSocError, known_socs
+from tiling_model.tiling import SCHEMES, TilingData, TilingError, TilingParams, compute_tiling
+from tiling_model.validate import validate
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that fails with one line (and exit 2) instead of the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _shape(text: str) -> list[int]:
+    if text.strip() == "":
+        return []
+    try:
+        dims = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be comma-separated integers, got {text!r}") from None
+    return dims
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m tiling_model", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    t = sub.add_parser("tiling", help="compute, check and time one tiling")
+    t.add_argument("--soc", default="Ascend910B2", help=f"one of {', '.join(known_socs())}")
+    t.add_argument("--shape", type=_shape, required=True, help="dims, e.g. 1024,1024")
+    t.add_argument("--dtype", required=True, choices=DTYPES)
+    t.add_argument("--reduction", default="none", choices=REDUCTIONS)
+    t.add_argument("--scheme", default="exact", choices=SCHEMES)
+    t.add_argument("--weight", type=_bool, default=True, help="weight input present (default true)")
+    t.add_argument("--block-bytes", type=int)
+    t.add_argument("--buffer-num", type=int)
+    t.add_argument("--tile-bytes", type=int)
+    t.add_argument("--core-num", type=int)
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+    t.add_argument("--max-cores", type=int, default=8, help="cores listed in the text summary")
+    return parser
+
+
+def tiling_report(t: TilingData) -> dict[str, object]:
+    """The JSON document of ``--json`` (also what tests and scripts read)."""
+    pred = predict_detail(t)
+    return {
+        "soc": t.soc,
+        "scheme": t.scheme,
+        "params": t.params.as_dict(),
+        "tiling": t.field_dict(),
+        "block_dim": t.block_dim,
+        "tiling_key": t.tiling_key,
+        "violations": [v.as_dict() for v in validate(t)],
+        "predicted_us": round(pred.predicted_us, 4),
+        "bottleneck": pred.bottleneck,
+        "bytes_moved": pred.bytes_moved,
+        "cores": [
+            {
+                "core": c.index,
+                "kind": c.kind,
+                "first": c.start,
+                "last": c.end - 1,
+                "tiles": c.tiles,
+                "tail": c.tail_elems,
+            }
+            for c in core_plan(t)
+        ],
+    }
+
+
+def _print_text(rep: dict, max_cores: int) -> None:
+    p = rep["params"]
+    print(
+        f"{rep['soc']}  scheme={rep['scheme']}  block_bytes={p['block_bytes']} buffer_num={p['buffer_num']} "
+        f"tile_bytes={p['tile_bytes']} core_num={p['core_num']}"
+    )
+    print(f"block_dim={rep['block_dim']}  tiling_key={rep['tiling_key']}")
+    print("tiling:")
+    for k, v in rep["tiling"].items():
+        print(f"  {k:<20} {v}")
+    cores = rep["cores"]
+    print(f"cores ({len(cores)}):")
+    shown = cores if len(cores) <= max_cores else cores[: max_cores - 1] + [cores[-1]]
+    for i, c in enumerate(shown):
+        if len(cores) > max_cores and i == max_cores - 1:
+            print(f"  ... {len(cores) - max_cores} more")
+        span = f"elements {c['first']}..{c['last']}"
+        print(f"  core {c['core']:>3} {c['kind']:<5} {span}  tiles {c['tiles']}  tail {c['tail']}")
+    if rep["violations"]:
+        print(f"violations ({len(rep['violations'])}):")
+        for v in rep["violations"]:
+            print(f"  {v['kind']}: {v['message']}")
+    else:
+        print("violations: none")
+    print(f"predicted: {rep['predicted_us']:.3f} us ({rep['bottleneck']}-bound, {rep['bytes_moved']} B moved)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    params = TilingParams(args.block_bytes, args.buffer_num, args.tile_bytes, args.core_num)
+    try:
+        t = compute_tiling(args.shape, args.dtype, args.reduction, params, args.soc, args.scheme, args.weight)
+    except (TilingError, UnsupportedError, UnknownSocError) as e:
+        print(f"python -m tiling_model: error: {e}", file=sys.stderr)
+        return 2
+    rep = tiling_report(t)
+    if args.json:
+        json.dump(rep, sys.stdout, indent=2)
+        print()
+    else:
+        _print_text(rep, args.max_cores)
+    return 0

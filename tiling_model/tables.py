@@ -1,0 +1,164 @@
+"""Tuned tiling tables: the file format the tuner writes and the service and builds read.
+
+One JSON file per SoC. Entries are tuned at representative sizes; an entry serves every
+element count in its size bucket, whose bounds are the geometric means between neighbouring
+tuned sizes (the first bucket starts at 1, the last one is open-ended).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tiling_model.dtypes import DTYPES, REDUCTIONS
+from tiling_model.tiling import TilingParams
+
+SCHEMA_VERSION = 1
+PARAM_NAMES = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
+
+
+class TableError(ValueError):
+    """A table file that cannot be used; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    dtype: str
+    reduction: str
+    weight: bool
+    size: int  # element count the entry was tuned at
+    params: dict[str, int]
+    tuned_us: float
+    seed_default_us: float
+    trials: int
+
+    @property
+    def key(self) -> tuple[str, str, bool]:
+        return (self.dtype, self.reduction, self.weight)
+
+    def tiling_params(self) -> TilingParams:
+        return TilingParams(**self.params)
+
+
+@dataclass(frozen=True)
+class TuningTable:
+    soc: str
+    soc_profile_hash: str
+    backend: str
+    created: str
+    trials_per_study: int
+    entries: tuple[TableEntry, ...]
+    schema_version: int = SCHEMA_VERSION
+    _index: dict[tuple[str, str, bool], tuple[list[float], list[TableEntry]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        groups: dict[tuple[str, str, bool], list[TableEntry]] = {}
+        for e in self.entries:
+            groups.setdefault(e.key, []).append(e)
+        for key, group in groups.items():
+            group.sort(key=lambda e: e.size)
+            # Upper bucket bound of each entry but the last: geometric mean with the next size.
+            bounds = [math.sqrt(a.size * b.size) for a, b in zip(group, group[1:], strict=False)]
+            self._index[key] = (bounds, group)
+
+    def lookup(self, dtype: str, reduction: str, weight: bool, n: int) -> TableEntry | None:
+        """The entry whose size bucket holds ``n`` (None for n == 0 or an untuned variant)."""
+        found = self._index.get((dtype, reduction, weight))
+        if found is None or n <= 0:
+            return None
+        bounds, group = found
+        return group[bisect.bisect_right(bounds, n - 0.5)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "soc": self.soc,
+            "soc_profile_hash": self.soc_profile_hash,
+            "backend": self.backend,
+            "created": self.created,
+            "trials_per_study": self.trials_per_study,
+            "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: (*e.key, e.size))],
+        }
+
+
+def _require(cond: bool, where: str, problem: str) -> None:
+    if not cond:
+        raise TableError(f"{where}: {problem}")
+
+
+def _entry_from_json(raw: Any, where: str) -> TableEntry:
+    _require(isinstance(raw, dict), where, "entry is not an object")
+    expected = {"dtype", "reduction", "weight", "size", "params", "tuned_us", "seed_default_us", "trials"}
+    _require(set(raw) == expected, where, f"entry keys {sorted(raw)} differ from {sorted(expected)}")
+    _require(raw["dtype"] in DTYPES, where, f"unknown dtype {raw['dtype']!r}")
+    _require(raw["reduction"] in REDUCTIONS, where, f"unknown reduction {raw['reduction']!r}")
+    _require(isinstance(raw["weight"], bool), where, "weight is not a boolean")
+    _require(isinstance(raw["size"], int) and raw["size"] >= 1, where, "size is not a positive integer")
+    params = raw["params"]
+    _require(
+        isinstance(params, dict) and set(params) == set(PARAM_NAMES),
+        where,
+        f"params must have exactly {', '.join(PARAM_NAMES)}",
+    )
+    for k, v in params.items():
+        _require(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1, where, f"params.{k} is not a positive integer"
+        )
+    for k in ("tuned_us", "seed_default_us"):
+        _require(isinstance(raw[k], int | float) and raw[k] >= 0, where, f"{k} is not a non-negative number")
+    _require(isinstance(raw["trials"], int) and raw["trials"] >= 1, where, "trials is not a positive integer")
+    return TableEntry(**raw)
+
+
+def table_from_json(doc: Any, where: str = "table") -> TuningTable:
+    """Parse and check a table document; raises TableError naming the first problem."""
+    _require(isinstance(doc, dict), where, "top level is not an object")
+    _require(
+        doc.get("schema_version") == SCHEMA_VERSION,
+        where,
+        f"schema_version {doc.get('schema_version')!r} is not {SCHEMA_VERSION}",
+    )
+    for k in ("soc", "soc_profile_hash", "backend", "created"):
+        _require(isinstance(doc.get(k), str) and doc[k], where, f"{k} missing or not a string")
+    _require(isinstance(doc.get("trials_per_study"), int), where, "trials_per_study missing or not an integer")
+    _require(isinstance(doc.get("entries"), list), where, "entries missing or not a list")
+    entries = tuple(_entry_from_json(e, f"{where}: entries[{i}]") for i, e in enumerate(doc["entries"]))
+    keys = [(*e.key, e.size) for e in entries]
+    _require(len(keys) == len(set(keys)), where, "duplicate entries for the same variant and size")
+    return TuningTable(
+        doc["soc"], doc["soc_profile_hash"], doc["backend"], doc["created"], doc["trials_per_study"], entries
+    )
+
+
+def load_table(path: str | Path) -> TuningTable:
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise TableError(f"{path}: cannot read ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise TableError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return table_from_json(doc, str(path))
+
+
+def write_table(table: TuningTable, path: str | Path) -> None:
+    """Write atomically: readers see the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(table.to_json(), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
