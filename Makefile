@@ -1,0 +1,33 @@
+# The two commands: `make run` (service on the shipped tables) and `make test` (everything).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint sweep bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m service --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+# Re-tune the shipped tables with the cost-model backend (see README "Tuning").
+sweep: $(STAMP)
+	$(PY) -m tuner sweep --soc Ascend910B2
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""HTTP service: ``POST /tiling`` answers with tuned tiling parameters from the shipped tables."""

@@ -1,0 +1,62 @@
+"""``python -m tuner sweep``: tune every key of one SoC and write its table."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from pathlib import Path
+
+import optuna
+from tqdm import tqdm
+
+from tiling_model import load_soc, valid_combinations
+from tiling_model.tables import TuningTable, write_table
+from tuner.backends import Backend
+from tuner.study import StudyKey, tune
+
+#: Representative element counts: powers of four from 1 Ki to 1 Gi elements.
+DEFAULT_SIZES = tuple(4**k for k in range(5, 16))
+DEFAULT_TRIALS = 32
+#: Shipped tables live inside the service package (package data).
+TABLES_DIR = Path(__file__).resolve().parent.parent / "service" / "tables"
+
+
+def sweep_keys(
+    soc: str, dtypes: Iterable[str], reductions: Iterable[str], weights: Iterable[bool], sizes: Iterable[int]
+) -> list[StudyKey]:
+    """Every supported key; unsupported dtype/reduction pairs are skipped, not tuned."""
+    wanted_d, wanted_r = set(dtypes), set(reductions)
+    combos = [(d, r) for d, r in valid_combinations() if d in wanted_d and r in wanted_r]
+    return [StudyKey(soc, d, r, w, s) for d, r in combos for w in weights for s in sorted(set(sizes))]
+
+
+def run_sweep(
+    keys: list[StudyKey],
+    backend: Backend,
+    storage: optuna.storages.BaseStorage | str,
+    trials: int,
+    out: Path | None,
+    progress: bool = True,
+) -> TuningTable:
+    if not keys:
+        raise ValueError("nothing to tune: no supported (dtype, reduction) combination selected")
+    socs = {k.soc for k in keys}
+    if len(socs) != 1:
+        raise ValueError(f"one SoC per sweep, got {sorted(socs)}")
+    soc = load_soc(keys[0].soc)
+    entries = []
+    bar = tqdm(keys, desc=f"sweep {soc.name}", unit="study", disable=not progress)
+    for key in bar:
+        bar.set_postfix_str(f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/n={key.size}")
+        entries.append(tune(key, backend, storage, trials))
+    table = TuningTable(
+        soc=soc.name,
+        soc_profile_hash=soc.profile_hash,
+        backend=backend.name,
+        created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        trials_per_study=trials,
+        entries=tuple(entries),
+    )
+    if out is not None:
+        write_table(table, out)
+    return table
