@@ -1,0 +1,75 @@
+"""The tiling_model CLI through its real entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tiling_model import compute_tiling
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tiling_model", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_json_output_matches_the_library() -> None:
+    r = run("tiling", "--soc", "Ascend910B2", "--shape", "1024,1024", "--dtype", "float16", "--reduction", "mean",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    t = compute_tiling([1024, 1024], "float16", "mean")
+    assert doc["tiling"] == t.field_dict()
+    assert list(doc["tiling"]) == list(t.field_dict())
+    assert doc["block_dim"] == t.block_dim and doc["tiling_key"] == t.tiling_key
+    assert doc["violations"] == []
+    assert doc["predicted_us"] > 0
+
+
+def test_seed_scheme_text_shows_the_out_of_bounds_finding() -> None:
+    r = run("tiling", "--shape", "129", "--dtype", "float32", "--scheme", "seed")
+    assert r.returncode == 0, r.stderr
+    assert "out_of_bounds: 127 elements (508 B) past the end" in r.stdout
+    assert "core   1 last  elements 128..255" in r.stdout
+
+
+def test_overrides_reach_the_tiling() -> None:
+    r = run("tiling", "--shape", "100000", "--dtype", "float32", "--block-bytes", "1024", "--buffer-num", "1",
+            "--tile-bytes", "4096", "--core-num", "5", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["params"] == {"block_bytes": 1024, "buffer_num": 1, "tile_bytes": 4096, "core_num": 5}
+    assert doc["block_dim"] == 5 and doc["tiling"]["tileDataNum"] == 1024
+
+
+def test_violations_are_reported_not_hidden() -> None:
+    r = run("tiling", "--shape", "100000", "--dtype", "float32", "--buffer-num", "4", "--tile-bytes", "65536",
+            "--core-num", "99", "--json")
+    assert r.returncode == 0
+    kinds = {v["kind"] for v in json.loads(r.stdout)["violations"]}
+    assert kinds == {"queue_limit", "ub_overflow", "core_count"}
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--shape", "-4", "--dtype", "float32"], "shape[0] is negative"),
+        (["--shape", "4,x", "--dtype", "float32"], "comma-separated integers"),
+        (["--shape", "4", "--dtype", "float64"], "invalid choice: 'float64'"),
+        (["--shape", "4", "--dtype", "int32", "--reduction", "mean"], "supports reduction 'none' only"),
+        (["--shape", "4", "--dtype", "float32", "--reduction", "max"], "invalid choice: 'max'"),
+        (["--shape", "4", "--dtype", "float32", "--soc", "Ascend910C"], "unknown SoC 'Ascend910C'; known: Ascend310B1"),
+        (["--shape", "4", "--dtype", "float32", "--scheme", "fast"], "invalid choice: 'fast'"),
+        (["--shape", "4", "--dtype", "float32", "--block-bytes", "0"], "block_bytes must be a positive integer"),
+        (["--shape", "4", "--dtype", "float32", "--tile-bytes", "30"], "not a multiple of the float32 size"),
+        (["--shape", "4", "--dtype", "float32", "--scheme", "seed", "--tile-bytes", "800"], "whole blocks"),
+        (["--shape", "4294967296,4294967296", "--dtype", "float32"], "exceeds int64"),
+    ],
+)
+def test_bad_input_exits_nonzero_with_one_line(args: list[str], needle: str) -> None:
+    r = run("tiling", *args)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert r.stdout == ""
