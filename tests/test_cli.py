@@ -16,8 +16,9 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_json_output_matches_the_library() -> None:
-    r = run("tiling", "--soc", "Ascend910B2", "--shape", "1024,1024", "--dtype", "float16", "--reduction", "mean",
-            "--json")
+    r = run(
+        "tiling", "--soc", "Ascend910B2", "--shape", "1024,1024", "--dtype", "float16", "--reduction", "mean", "--json"
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     t = compute_tiling([1024, 1024], "float16", "mean")
@@ -36,16 +37,42 @@ def test_seed_scheme_text_shows_the_out_of_bounds_finding() -> None:
 
 
 def test_overrides_reach_the_tiling() -> None:
-    r = run("tiling", "--shape", "100000", "--dtype", "float32", "--block-bytes", "1024", "--buffer-num", "1",
-            "--tile-bytes", "4096", "--core-num", "5", "--json")
+    r = run(
+        "tiling",
+        "--shape",
+        "100000",
+        "--dtype",
+        "float32",
+        "--block-bytes",
+        "1024",
+        "--buffer-num",
+        "1",
+        "--tile-bytes",
+        "4096",
+        "--core-num",
+        "5",
+        "--json",
+    )
     doc = json.loads(r.stdout)
     assert doc["params"] == {"block_bytes": 1024, "buffer_num": 1, "tile_bytes": 4096, "core_num": 5}
     assert doc["block_dim"] == 5 and doc["tiling"]["tileDataNum"] == 1024
 
 
 def test_violations_are_reported_not_hidden() -> None:
-    r = run("tiling", "--shape", "100000", "--dtype", "float32", "--buffer-num", "4", "--tile-bytes", "65536",
-            "--core-num", "99", "--json")
+    r = run(
+        "tiling",
+        "--shape",
+        "100000",
+        "--dtype",
+        "float32",
+        "--buffer-num",
+        "4",
+        "--tile-bytes",
+        "65536",
+        "--core-num",
+        "99",
+        "--json",
+    )
     assert r.returncode == 0
     kinds = {v["kind"] for v in json.loads(r.stdout)["violations"]}
     assert kinds == {"queue_limit", "ub_overflow", "core_count"}

@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 
 from tiling_model import DTYPES, REDUCTIONS, known_socs
+from tiling_model.tables import TableError, load_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, run_sweep, sweep_keys
@@ -70,11 +71,45 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file by default)")
     s.add_argument("--out", type=Path, help="table path (default: the shipped service/tables/<SOC>.json)")
     s.add_argument("--no-progress", action="store_true")
+    r = sub.add_parser("report", help="tuned vs seed-default time of every entry of a table")
+    r.add_argument("--soc", required=True, choices=known_socs())
+    r.add_argument("--table", type=Path, help="table path (default: the shipped one)")
+    r.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
+    r.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
     return parser
+
+
+def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
+    """Print one row per entry: params, times and the predicted speedup over the seed."""
+    table = load_table(table_path)
+    print(
+        f"{table_path}: {table.soc}, backend {table.backend}, {table.trials_per_study} trials/study, "
+        f"created {table.created}"
+    )
+    print(
+        f"{'dtype':<9}{'red':<5}{'w':<3}{'size':>11}  {'block':>6}{'bufs':>5}{'tile':>7}{'cores':>6}"
+        f"{'tuned_us':>11}{'seed_us':>11}{'speedup':>9}"
+    )
+    for e in sorted(table.entries, key=lambda e: (e.dtype, e.reduction, not e.weight, e.size)):
+        if e.dtype not in dtypes or e.reduction not in reductions:
+            continue
+        p = e.params
+        print(
+            f"{e.dtype:<9}{e.reduction:<5}{'y' if e.weight else 'n':<3}{e.size:>11}  {p['block_bytes']:>6}"
+            f"{p['buffer_num']:>5}{p['tile_bytes']:>7}{p['core_num']:>6}{e.tuned_us:>11.3f}"
+            f"{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "report":
+        try:
+            report(args.table or TABLES_DIR / f"{args.soc}.json", args.dtypes, args.reductions)
+        except TableError as e:
+            print(f"python -m tuner: error: {e}", file=sys.stderr)
+            return 2
+        return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = args.out or TABLES_DIR / f"{args.soc}.json"
     keys = sweep_keys(args.soc, args.dtypes, args.reductions, args.weights, args.sizes)

@@ -1,0 +1,84 @@
+"""Table format: bucket lookup, strict loading, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tiling_model.tables import TableEntry, TableError, TuningTable, load_table, table_from_json, write_table
+
+PARAMS = {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 8192, "core_num": 48}
+
+
+def entry(size: int, dtype: str = "float32", reduction: str = "none", weight: bool = True) -> TableEntry:
+    return TableEntry(dtype, reduction, weight, size, dict(PARAMS, core_num=min(48, size)), 1.0, 2.0, 5)
+
+
+def table(*entries: TableEntry) -> TuningTable:
+    return TuningTable("Ascend910B2", "abc", "model", "2026-01-01T00:00:00+00:00", 5, tuple(entries))
+
+
+def test_lookup_uses_geometric_bucket_bounds() -> None:
+    t = table(entry(16), entry(1024), entry(65536))
+    assert t.lookup("float32", "none", True, 0) is None
+    assert t.lookup("float32", "none", True, 1).size == 16
+    assert t.lookup("float32", "none", True, 128).size == 16  # sqrt(16*1024) = 128: upper bound exclusive
+    assert t.lookup("float32", "none", True, 129).size == 1024
+    assert t.lookup("float32", "none", True, 8192).size == 1024
+    assert t.lookup("float32", "none", True, 8193).size == 65536
+    assert t.lookup("float32", "none", True, 10**12).size == 65536
+    assert t.lookup("float16", "none", True, 100) is None
+    assert t.lookup("float32", "none", False, 100) is None
+
+
+@given(st.lists(st.integers(1, 10**9), min_size=1, max_size=12, unique=True), st.integers(1, 10**10))
+def test_lookup_returns_the_log_nearest_size(sizes: list[int], n: int) -> None:
+    import math
+
+    got = table(*(entry(s) for s in sizes)).lookup("float32", "none", True, n)
+    best = min(abs(math.log(n) - math.log(s)) for s in sizes)
+    assert abs(math.log(n) - math.log(got.size)) <= best + 1e-9
+
+
+def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
+    t = table(entry(16), entry(1024, "float16", "mean", False))
+    path = tmp_path / "sub" / "Ascend910B2.json"
+    write_table(t, path)
+    assert load_table(path).to_json() == t.to_json()
+    assert [p.name for p in path.parent.iterdir()] == ["Ascend910B2.json"]
+
+
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda d: d.update(schema_version=99), "schema_version 99 is not 1"),
+        (lambda d: d.pop("backend"), "backend missing"),
+        (lambda d: d["entries"][0].update(dtype="float64"), "entries[0]: unknown dtype 'float64'"),
+        (lambda d: d["entries"][0]["params"].pop("core_num"), "entries[0]: params must have exactly"),
+        (lambda d: d["entries"][0]["params"].update(tile_bytes=-5), "params.tile_bytes is not a positive integer"),
+        (lambda d: d["entries"][0].update(extra=1), "entries[0]: entry keys"),
+        (lambda d: d["entries"].append(dict(d["entries"][0])), "duplicate entries"),
+    ],
+)
+def test_bad_documents_name_the_problem(mutate, needle: str) -> None:
+    doc = table(entry(16)).to_json()
+    mutate(doc)
+    with pytest.raises(TableError, match=None) as exc:
+        table_from_json(doc, "t.json")
+    assert needle in str(exc.value) and str(exc.value).startswith("t.json")
+
+
+def test_unreadable_files_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    with pytest.raises(TableError, match=r"x.json: not valid JSON"):
+        load_table(bad)
+    with pytest.raises(TableError, match=r"missing.json: cannot read"):
+        load_table(tmp_path / "missing.json")
+    bad.write_text(json.dumps([1]))
+    with pytest.raises(TableError, match="top level is not an object"):
+        load_table(bad)

@@ -1,0 +1,134 @@
+"""The tuner's first slice: Optuna studies on SQLite against the cost model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tiling_model import compute_tiling, load_soc, predict, validate
+from tiling_model.tables import load_table
+from tuner.backends import ModelBackend
+from tuner.space import SearchSpace
+from tuner.storage import open_storage
+from tuner.study import StudyKey, tune
+from tuner.sweep import run_sweep, sweep_keys
+
+
+class CountingBackend(ModelBackend):
+    """The model backend, recording every tiling it is asked to time."""
+
+    def __init__(self) -> None:
+        self.seen = []
+
+    def measure(self, tiling):  # type: ignore[override]
+        self.seen.append(tiling)
+        return super().measure(tiling)
+
+
+@pytest.fixture()
+def storage(tmp_path: Path) -> optuna.storages.RDBStorage:
+    return open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+
+
+def test_space_only_proposes_valid_configurations() -> None:
+    soc = load_soc("Ascend910B2")
+    for dtype, reduction, weight in [("float32", "none", True), ("float16", "mean", False), ("int16", "none", True)]:
+        space = SearchSpace(soc, dtype, reduction, weight)
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+        for _ in range(200):
+            trial = study.ask()
+            t = compute_tiling([123457], dtype, reduction, space.suggest(trial), soc, "exact", weight)
+            assert validate(t, soc) == []
+            study.tell(trial, 1.0)
+
+
+def test_tune_never_measures_invalid_or_duplicate_configs_and_beats_the_default(storage) -> None:
+    backend = CountingBackend()
+    key = StudyKey("Ascend910B2", "float16", "mean", True, 1 << 16)
+    e = tune(key, backend, storage, trials=25)
+    measured = backend.seen[:-1]  # the last one is the seed-default comparison
+    assert all(validate(t) == [] for t in measured)
+    keys = [tuple(t.params.as_dict().values()) for t in measured]
+    assert len(keys) == len(set(keys))
+    default = compute_tiling([1 << 16], "float16", "mean")
+    assert e.tuned_us <= predict(default) + 1e-9
+    assert e.seed_default_us == pytest.approx(
+        predict(compute_tiling([1 << 16], "float16", "mean", scheme="seed")), abs=1e-4
+    )
+    assert e.trials == 25
+
+
+def test_rerun_resumes_instead_of_repeating(storage) -> None:
+    key = StudyKey("Ascend910B2", "float32", "none", False, 5000)
+    first = tune(key, ModelBackend(), storage, trials=8)
+    backend = CountingBackend()
+    again = tune(key, backend, storage, trials=8)
+    assert len(backend.seen) == 1  # only the seed-default comparison; no new trials
+    assert again == first
+    more = tune(key, ModelBackend(), storage, trials=12)
+    assert more.trials == 12
+
+
+def test_sweep_skips_unsupported_pairs_and_writes_a_loadable_table(storage, tmp_path: Path) -> None:
+    keys = sweep_keys("Ascend310B1", ["int32", "float32"], ["none", "sum"], [True], [100, 10000])
+    assert {(k.dtype, k.reduction) for k in keys} == {("int32", "none"), ("float32", "none"), ("float32", "sum")}
+    out = tmp_path / "Ascend310B1.json"
+    run_sweep(keys, ModelBackend(), storage, 6, out, progress=False)
+    table = load_table(out)
+    assert table.soc == "Ascend310B1" and len(table.entries) == 6
+    assert table.soc_profile_hash == load_soc("Ascend310B1").profile_hash
+    for e in table.entries:
+        t = compute_tiling([e.size], e.dtype, e.reduction, e.tiling_params(), "Ascend310B1", "exact", e.weight)
+        assert validate(t) == []
+
+
+def test_cli_sweep_and_bad_flags(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tuner",
+        "sweep",
+        "--soc",
+        "Ascend910B4",
+        "--dtypes",
+        "bfloat16",
+        "--reductions",
+        "sum",
+        "--weights",
+        "true",
+        "--sizes",
+        "4096",
+        "--trials",
+        "4",
+        "--storage",
+        f"sqlite:///{tmp_path / 'db.sqlite'}",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["entries"][0]["dtype"] == "bfloat16"
+    for bad, needle in [
+        (["--soc", "Ascend999"], "invalid choice: 'Ascend999'"),
+        (["--soc", "Ascend910B2", "--dtypes", "float64"], "choose from"),
+        (["--soc", "Ascend910B2", "--trials", "0"], "expected a positive integer"),
+        (["--soc", "Ascend910B2", "--sizes", "0,5"], "positive element counts"),
+        (["--soc", "Ascend910B2", "--dtypes", "int16", "--reductions", "mean"], "nothing to tune"),
+        (["--soc", "Ascend910B2", "--storage", "sqlite:////nonexistent/dir/x.db"], "does not exist"),
+    ]:
+        r = subprocess.run(
+            [sys.executable, "-m", "tuner", "sweep", *bad, "--no-progress", "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert r.returncode == 2, bad
+        assert needle in r.stderr, (bad, r.stderr)
