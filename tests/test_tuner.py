@@ -132,3 +132,23 @@ def test_cli_sweep_and_bad_flags(tmp_path: Path) -> None:
         )
         assert r.returncode == 2, bad
         assert needle in r.stderr, (bad, r.stderr)
+
+
+def test_ties_go_to_double_buffering_then_larger_tiles_then_more_cores() -> None:
+    from tuner.study import best_trial
+
+    study = optuna.create_study()
+    rows = [  # (value, buffer_num, tile_bytes, core_num)
+        (10.0, 1, 65536, 48),  # tied, but single-buffered
+        (10.005, 2, 32768, 24),  # tied (within 0.1%)
+        (10.0, 2, 32768, 40),  # tied, same tile, more cores: the pick
+        (10.0, 3, 65536, 48),  # tied, more buffers than needed
+        (10.5, 2, 65536, 48),  # not tied
+    ]
+    for value, bn, tile, cores in rows:
+        trial = study.ask()
+        for k, v in {"block_bytes": 512, "buffer_num": bn, "tile_bytes": tile, "core_num": cores}.items():
+            trial.set_user_attr(k, v)
+        study.tell(trial, value)
+    best = best_trial(study)
+    assert (best.user_attrs["buffer_num"], best.user_attrs["tile_bytes"], best.user_attrs["core_num"]) == (2, 32768, 40)
