@@ -100,3 +100,8 @@ def test_bad_input_exits_nonzero_with_one_line(args: list[str], needle: str) -> 
     assert needle in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert r.stdout == ""
+
+
+def test_block_bytes_must_be_a_multiple_of_32() -> None:
+    r = run("tiling", "--shape", "4", "--dtype", "float32", "--block-bytes", "36")
+    assert r.returncode == 2 and "block_bytes=36 is not a multiple of 32" in r.stderr

@@ -188,8 +188,8 @@ def resolve_params(
             raise TilingError(f"{name} must be a positive integer, got {v!r}")
     block = p.block_bytes if p.block_bytes is not None else SEED_BLOCK_BYTES
     bn = p.buffer_num if p.buffer_num is not None else SEED_BUFFER_NUM
-    if block % elem:
-        raise TilingError(f"block_bytes={block} is not a multiple of the {dtype} size ({elem} B)")
+    if block % 32:
+        raise TilingError(f"block_bytes={block} is not a multiple of 32 (the UB block and GM copy unit)")
     if p.tile_bytes is None:
         if scheme == "seed":
             tile = seed_tile_bytes(soc, block, bn)
