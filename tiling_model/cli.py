@@ -7,61 +7,37 @@ import json
 import sys
 from collections.abc import Sequence
 
+from tiling_model.cliutil import Parser, knob_flags, parse_shape, variant_flags
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
+from tiling_model.model_cli import add_model_commands, run_model_command
 from tiling_model.plan import core_plan
 from tiling_model.soc import UnknownSocError, known_socs
 from tiling_model.tiling import SCHEMES, TilingData, TilingError, TilingParams, compute_tiling
 from tiling_model.validate import validate
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that fails with one line (and exit 2) instead of the usage block."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _shape(text: str) -> list[int]:
-    if text.strip() == "":
-        return []
-    try:
-        dims = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape must be comma-separated integers, got {text!r}") from None
-    return dims
-
-
-def _bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes"):
-        return True
-    if text.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m tiling_model", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = Parser(prog="python -m tiling_model", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     t = sub.add_parser("tiling", help="compute, check and time one tiling")
     t.add_argument("--soc", default="Ascend910B2", help=f"one of {', '.join(known_socs())}")
-    t.add_argument("--shape", type=_shape, required=True, help="dims, e.g. 1024,1024")
+    t.add_argument("--shape", type=parse_shape, required=True, help="dims, e.g. 1024,1024")
     t.add_argument("--dtype", required=True, choices=DTYPES)
     t.add_argument("--reduction", default="none", choices=REDUCTIONS)
     t.add_argument("--scheme", default="exact", choices=SCHEMES)
-    t.add_argument("--weight", type=_bool, default=True, help="weight input present (default true)")
-    t.add_argument("--block-bytes", type=int)
-    t.add_argument("--buffer-num", type=int)
-    t.add_argument("--tile-bytes", type=int)
-    t.add_argument("--core-num", type=int)
+    variant_flags(t)
+    knob_flags(t)
+    t.add_argument("--l2", choices=("cold", "warm"), default="cold", help="L2 state for the prediction")
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.add_argument("--max-cores", type=int, default=8, help="cores listed in the text summary")
+    add_model_commands(sub)
     return parser
 
 
-def tiling_report(t: TilingData) -> dict[str, object]:
+def tiling_report(t: TilingData, warm_l2: bool = False) -> dict[str, object]:
     """The JSON document of ``--json`` (also what tests and scripts read)."""
-    pred = predict_detail(t)
+    pred = predict_detail(t, warm_l2=warm_l2)
     return {
         "soc": t.soc,
         "scheme": t.scheme,
@@ -70,9 +46,7 @@ def tiling_report(t: TilingData) -> dict[str, object]:
         "block_dim": t.block_dim,
         "tiling_key": t.tiling_key,
         "violations": [v.as_dict() for v in validate(t)],
-        "predicted_us": round(pred.predicted_us, 4),
-        "bottleneck": pred.bottleneck,
-        "bytes_moved": pred.bytes_moved,
+        **pred.as_dict(),
         "cores": [
             {
                 "core": c.index,
@@ -111,18 +85,33 @@ def _print_text(rep: dict, max_cores: int) -> None:
             print(f"  {v['kind']}: {v['message']}")
     else:
         print("violations: none")
-    print(f"predicted: {rep['predicted_us']:.3f} us ({rep['bottleneck']}-bound, {rep['bytes_moved']} B moved)")
+    print(
+        f"predicted: {rep['predicted_us']:.3f} us ({rep['bottleneck']}-bound, {rep['bytes_moved']} B moved, "
+        f"roofline {rep['roofline_us']:.3f} us, {100 * rep['fraction_of_roofline']:.1f}% of it)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "tiling":
+        return run_model_command(args)
     params = TilingParams(args.block_bytes, args.buffer_num, args.tile_bytes, args.core_num)
     try:
-        t = compute_tiling(args.shape, args.dtype, args.reduction, params, args.soc, args.scheme, args.weight)
+        t = compute_tiling(
+            args.shape,
+            args.dtype,
+            args.reduction,
+            params,
+            args.soc,
+            args.scheme,
+            args.weight,
+            args.pos_weight,
+            args.wrt,
+        )
     except (TilingError, UnsupportedError, UnknownSocError) as e:
         print(f"python -m tiling_model: error: {e}", file=sys.stderr)
         return 2
-    rep = tiling_report(t)
+    rep = tiling_report(t, args.l2 == "warm")
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
         print()

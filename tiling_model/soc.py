@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 
 class UnknownSocError(ValueError):
@@ -33,8 +35,10 @@ class SocProfile:
     mte3_curve_kib_us: tuple[tuple[float, float], ...]
     vector_start_cycles: float
     launch_us: float
+    core_start_us: float
     misaligned_bw_factor: float
     sources: dict[str, str] = field(compare=False, hash=False)
+    calibration: dict | None = field(default=None, compare=False, hash=False)
     profile_hash: str = field(default="", compare=False)
 
     @property
@@ -43,7 +47,14 @@ class SocProfile:
         return self.ub_bytes - self.ub_reserve_bytes
 
 
-def _profile_dir() -> resources.abc.Traversable:
+PROFILES_ENV = "BCETUNE_PROFILES"
+
+
+def _profile_dir() -> resources.abc.Traversable | Path:
+    """Shipped profiles, or the directory in $BCETUNE_PROFILES (e.g. profiles refitted on your NPU)."""
+    override = os.environ.get(PROFILES_ENV)
+    if override:
+        return Path(override)
     return resources.files("tiling_model") / "socs"
 
 
@@ -60,7 +71,18 @@ def load_soc(name: str) -> SocProfile:
         raise UnknownSocError(f"unknown SoC {name!r}; known: {', '.join(known_socs())}")
     raw_bytes = (_profile_dir() / f"{name}.json").read_bytes()
     raw = json.loads(raw_bytes)
+    raw.pop("$comment", None)
     raw["mte2_curve_kib_us"] = tuple(tuple(p) for p in raw["mte2_curve_kib_us"])
     raw["mte3_curve_kib_us"] = tuple(tuple(p) for p in raw["mte3_curve_kib_us"])
     raw["profile_hash"] = hashlib.sha256(raw_bytes).hexdigest()[:16]
     return SocProfile(**raw)
+
+
+def profile_to_json(profile: SocProfile) -> dict:
+    """The profile as its JSON file holds it (without the derived hash)."""
+    d = {f: getattr(profile, f) for f in SocProfile.__dataclass_fields__ if f != "profile_hash"}
+    d["mte2_curve_kib_us"] = [list(p) for p in profile.mte2_curve_kib_us]
+    d["mte3_curve_kib_us"] = [list(p) for p in profile.mte3_curve_kib_us]
+    if d["calibration"] is None:
+        del d["calibration"]
+    return d

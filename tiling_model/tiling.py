@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, check_combination
-from tiling_model.layout import KernelLayout, kernel_layout
+from tiling_model.kernels import POS_WEIGHT_FORMS, WRT_FORMS, ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile, load_soc
 
 Scheme = Literal["seed", "exact"]
@@ -65,7 +65,7 @@ class TilingFields:
     """The kernel's tiling struct, field for field and in order (all int64).
 
     Mirrors ``kernel/op_kernel/bce_grad_tiling_data.h``; a test checks the two agree.
-    The first ten fields are the requirement's; the last four are bcetune's additions.
+    The first ten fields are the requirement's, the last five are bcetune's additions.
     """
 
     totalLength: int
@@ -82,6 +82,7 @@ class TilingFields:
     lastCoreTileNum: int
     lastCoreTailDataNum: int
     scaleBits: int  # IEEE-754 float32 bits of the grad scale: 1/N for mean, 1.0 otherwise
+    posWeightClasses: int  # C of a last-dim pos_weight ([C]), else 0
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -102,6 +103,9 @@ class TilingData:
     reduction: str
     weight: bool
     params: ResolvedParams
+    kernel: ElementwiseKernel
+    pos_weight: str = "none"
+    wrt: str = "logit"
 
     @property
     def n(self) -> int:
@@ -110,10 +114,6 @@ class TilingData:
     @property
     def elem_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
-
-    @property
-    def layout(self) -> KernelLayout:
-        return kernel_layout(self.dtype, self.reduction, self.weight, self.scheme)
 
     def field_dict(self) -> dict[str, int]:
         return asdict(self.fields)
@@ -128,14 +128,18 @@ def astuple_fields(f: TilingFields) -> tuple[int, ...]:
     return tuple(getattr(f, name) for name in TilingFields.names())
 
 
-def tiling_key(reduction: str, dtype: str, weight: bool, buffer_num: int) -> int:
+def tiling_key(
+    reduction: str, dtype: str, weight: bool, buffer_num: int, pos_weight: str = "none", wrt: str = "logit"
+) -> int:
     """Decimal-digit key the kernel dispatches on.
 
     ones: schMode (0 none, 1 sum/mean, as the seed); tens: dtype id; hundreds: weight
-    present; thousands: BUFFER_NUM (a template parameter of the kernel class).
+    present; thousands: BUFFER_NUM (a template parameter of the kernel class); ten-thousands:
+    pos_weight (0 none, 1 full, 2 last_dim); hundred-thousands: wrt (0 logit, 1 probability).
     """
     sch_mode = 0 if reduction == "none" else 1
-    return sch_mode + 10 * DTYPE_ID[dtype] + 100 * int(weight) + 1000 * buffer_num
+    variant = 10000 * POS_WEIGHT_FORMS.index(pos_weight) + 100000 * WRT_FORMS.index(wrt)
+    return sch_mode + 10 * DTYPE_ID[dtype] + 100 * int(weight) + 1000 * buffer_num + variant
 
 
 def element_count(shape: Sequence[int]) -> int:
@@ -158,10 +162,10 @@ def seed_tile_bytes(soc: SocProfile, block_bytes: int, buffer_num: int) -> int:
     return max(tile_blocks, 1) * block_bytes
 
 
-def default_tile_bytes(layout: KernelLayout, soc: SocProfile, block_bytes: int, buffer_num: int) -> int:
+def default_tile_bytes(kernel: ElementwiseKernel, soc: SocProfile, block_bytes: int, buffer_num: int) -> int:
     """Exact scheme default: the seed's whole-block rule applied to the usable UB and the
     variant's real buffer plan (largest multiple of the block that fits; 32 B if none does)."""
-    fit = layout.max_tile_bytes(soc.ub_usable_bytes, buffer_num)
+    fit = kernel.max_tile_bytes(soc.ub_usable_bytes, buffer_num)
     if fit >= block_bytes:
         return fit // block_bytes * block_bytes
     return max(fit, 32)
@@ -169,9 +173,7 @@ def default_tile_bytes(layout: KernelLayout, soc: SocProfile, block_bytes: int, 
 
 def resolve_params(
     params: TilingParams | None,
-    dtype: str,
-    reduction: str,
-    weight: bool,
+    kernel: ElementwiseKernel,
     soc: SocProfile,
     scheme: str,
 ) -> ResolvedParams:
@@ -181,6 +183,7 @@ def resolve_params(
     so a user can look at a tiling that breaks them.
     """
     p = params or TilingParams()
+    dtype = kernel.dtype
     elem = DTYPE_BYTES[dtype]
     for name in ("block_bytes", "buffer_num", "tile_bytes", "core_num"):
         v = getattr(p, name)
@@ -194,7 +197,7 @@ def resolve_params(
         if scheme == "seed":
             tile = seed_tile_bytes(soc, block, bn)
         else:
-            tile = default_tile_bytes(kernel_layout(dtype, reduction, weight, scheme), soc, block, bn)
+            tile = default_tile_bytes(kernel, soc, block, bn)
     else:
         tile = p.tile_bytes
     if tile % elem:
@@ -228,37 +231,71 @@ def compute_tiling(
     soc: str | SocProfile = "Ascend910B2",
     scheme: str = "exact",
     weight: bool = True,
+    pos_weight: str = "none",
+    wrt: str = "logit",
 ) -> TilingData:
-    """Compute the host tiling of one call; raises TilingError / UnsupportedError on bad input."""
+    """Compute the host tiling of one BinaryCrossEntropyGrad call.
+
+    Raises TilingError / UnsupportedError on input no tiling can express. A last-dim
+    pos_weight has shape [C] with C the last dim of ``shape``.
+    """
     check_combination(dtype, reduction)
     if scheme not in SCHEMES:
         raise TilingError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
-    if scheme == "seed" and not weight:
-        raise TilingError("the seed scheme always reads weight (the requirement's kernel has no optional weight)")
+    n = element_count(shape)
+    classes = shape[-1] if pos_weight == "last_dim" and len(shape) else 0
+    if pos_weight == "last_dim" and classes < 1 and n:
+        raise TilingError("pos_weight='last_dim' needs a last dim >= 1")
+    try:
+        kernel = bce_grad_kernel(dtype, reduction, weight, pos_weight, wrt, scheme, max(classes, 1))
+    except ValueError as e:
+        raise TilingError(str(e)) from None
+    key = tiling_key(reduction, dtype, weight, 0, pos_weight, wrt)
+    return tile_kernel(kernel, shape, params, soc, scheme, reduction, key, classes, pos_weight, wrt, weight)
+
+
+def tile_kernel(
+    kernel: ElementwiseKernel,
+    shape: Sequence[int],
+    params: TilingParams | None = None,
+    soc: str | SocProfile = "Ascend910B2",
+    scheme: str = "exact",
+    reduction: str = "none",
+    key_base: int | None = None,
+    classes: int = 0,
+    pos_weight: str = "none",
+    wrt: str = "logit",
+    weight: bool = False,
+) -> TilingData:
+    """Tile any elementwise kernel: the BCE front door above, or a generic one for the model."""
     profile = soc if isinstance(soc, SocProfile) else load_soc(soc)
     n = element_count(shape)
-    rp = resolve_params(params, dtype, reduction, weight, profile, scheme)
+    rp = resolve_params(params, kernel, profile, scheme)
     build = _seed_fields if scheme == "seed" else _exact_fields
-    f, block_dim = build(n, DTYPE_BYTES[dtype], rp, reduction)
+    f, block_dim = build(n, kernel.elem_bytes, rp, reduction, classes)
+    base = key_base if key_base is not None else tiling_key(reduction, kernel.dtype, False, 0)
     return TilingData(
         fields=f,
         block_dim=block_dim,
-        tiling_key=tiling_key(reduction, dtype, weight, rp.buffer_num),
+        tiling_key=base + 1000 * rp.buffer_num,
         scheme=scheme,
         soc=profile.name,
         shape=tuple(shape),
-        dtype=dtype,
+        dtype=kernel.dtype,
         reduction=reduction,
         weight=weight,
         params=rp,
+        kernel=kernel,
+        pos_weight=pos_weight,
+        wrt=wrt,
     )
 
 
-def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: str) -> tuple[TilingFields, int]:
+def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: str, classes: int) -> tuple[TilingFields, int]:
     tile_elems = p.tile_bytes // elem
     red = REDUCTION_ID[reduction]
     if n == 0:
-        return TilingFields(0, 0, 0, 0, 0, tile_elems, 0, 0, 0, red, 0, 0, 0, _scale_bits(reduction, 0)), 0
+        return TilingFields(0, 0, 0, 0, 0, tile_elems, 0, 0, 0, red, 0, 0, 0, _scale_bits(reduction, 0), classes), 0
     block_elems = p.block_bytes // elem
     blocks = -(-n // block_elems)
     cores = min(p.core_num, blocks)
@@ -285,11 +322,12 @@ def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: str) -> tuple
         last_tiles,
         last_tail,
         _scale_bits(reduction, n),
+        classes,
     )
     return f, cores
 
 
-def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: str) -> tuple[TilingFields, int]:
+def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: str, classes: int) -> tuple[TilingFields, int]:
     """The requirement's tiling, with its uint32 intermediates and its rounding."""
     block = p.block_bytes
     tile_block_num = max(p.tile_bytes // block, 1) & _U32
@@ -325,6 +363,7 @@ def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: str) -> tuple[
         final_small,
         small_tail,
         _scale_bits(reduction, n),
+        classes,
     )
     return f, cores
 

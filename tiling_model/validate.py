@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tiling_model.layout import MAX_BUFFERS_PER_POSITION
+from tiling_model.kernels import MAX_BUFFERS_PER_POSITION
 from tiling_model.plan import core_plan
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
@@ -38,7 +38,7 @@ def _copied_elems(elems: int, elem_bytes: int, padded: bool) -> int:
 def validate(t: TilingData, soc: SocProfile | None = None) -> list[Violation]:
     """All rule violations of ``t`` (empty list: the tiling is safe to launch)."""
     profile = soc or load_soc(t.soc)
-    layout = t.layout
+    layout = t.kernel
     p = t.params
     out: list[Violation] = []
 

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 import optuna
 
 from tiling_model import SocProfile, TilingParams
-from tiling_model.layout import MAX_BUFFERS_PER_POSITION, kernel_layout
+from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
+from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TILE_STEP_BYTES, score_space
 from tiling_model.tiling import default_tile_bytes
 
-BLOCK_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-BUFFER_CHOICES = (1, 2, 3, 4)
-TILE_ROUND_BYTES = 512
+TILE_ROUND_BYTES = TILE_STEP_BYTES
 
 
 @dataclass(frozen=True)
@@ -29,14 +28,15 @@ class SearchSpace:
     weight: bool
 
     @property
+    def kernel(self) -> ElementwiseKernel:
+        return bce_grad_kernel(self.dtype, self.reduction, self.weight)
+
+    @property
     def buffer_choices(self) -> tuple[int, ...]:
-        layout = kernel_layout(self.dtype, self.reduction, self.weight, "exact")
-        worst = max(layout.vecin_queues, layout.vecout_queues)
-        return tuple(b for b in BUFFER_CHOICES if worst * b <= MAX_BUFFERS_PER_POSITION)
+        return self.kernel.allowed_buffer_nums(BUFFER_CHOICES)
 
     def max_tile_bytes(self, buffer_num: int) -> int:
-        layout = kernel_layout(self.dtype, self.reduction, self.weight, "exact")
-        return layout.max_tile_bytes(self.soc.ub_usable_bytes, buffer_num)
+        return self.kernel.max_tile_bytes(self.soc.ub_usable_bytes, buffer_num)
 
     def tile_from_fraction(self, fraction: float, buffer_num: int) -> int:
         top = self.max_tile_bytes(buffer_num)
@@ -52,11 +52,27 @@ class SearchSpace:
 
     def default_point(self) -> dict[str, float | int]:
         """The seed-default knobs (block 512, 2 buffers, whole-block max tile, all cores)."""
-        layout = kernel_layout(self.dtype, self.reduction, self.weight, "exact")
-        tile = default_tile_bytes(layout, self.soc, 512, 2)
+        tile = default_tile_bytes(self.kernel, self.soc, 512, 2)
         return {
             "block_bytes": 512,
             "buffer_num": 2,
             "tile_fraction": min(1.0, (tile + TILE_ROUND_BYTES / 2) / self.max_tile_bytes(2)),
             "core_num": self.soc.aiv_cores,
         }
+
+    def point_of(self, params: TilingParams) -> dict[str, float | int]:
+        """The trial parameters that reproduce ``params`` (tile as a fraction that rounds back to it)."""
+        bn = int(params.buffer_num)
+        return {
+            "block_bytes": int(params.block_bytes),
+            "buffer_num": bn,
+            "tile_fraction": min(1.0, (int(params.tile_bytes) + TILE_ROUND_BYTES / 2) / self.max_tile_bytes(bn)),
+            "core_num": int(params.core_num),
+        }
+
+    def model_best_points(self, n: int, k: int) -> list[dict[str, float | int]]:
+        """The cost model's k best configurations for ``n`` elements (the whole space scored at once)."""
+        scored = score_space(self.kernel, self.soc, n)
+        picks = [scored.best_index(), *scored.ranked(k)]
+        unique = list(dict.fromkeys(picks))[:k]
+        return [self.point_of(scored.params(i)) for i in unique]

@@ -16,6 +16,9 @@ from tiling_model.tables import TableEntry
 from tuner.backends import Backend
 from tuner.space import SearchSpace
 
+#: The model's best configurations enqueued as the first trials after the seed default.
+MODEL_SEEDS = 3
+
 
 @dataclass(frozen=True)
 class StudyKey:
@@ -94,6 +97,8 @@ def tune(key: StudyKey, backend: Backend, storage: optuna.storages.BaseStorage |
     )
     if not study.trials:
         study.enqueue_trial(space.default_point())
+        for point in space.model_best_points(key.size, MODEL_SEEDS):
+            study.enqueue_trial(point)
     remaining = trials - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     if remaining > 0:
         study.optimize(_objective(key, space, backend, study), n_trials=remaining, catch=())

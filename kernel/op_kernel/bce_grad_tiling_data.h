@@ -3,7 +3,7 @@
  *
  * All fields are int64 and laid out in this order; the host serialises them little-endian
  * (tiling_model.TilingData.to_bytes). The first ten fields are the requirement's, the last
- * four are bcetune's: the last core is cut to end at element n-1 (no access past the tensors),
+ * five are bcetune's: the last core is cut to end at element n-1 (no access past the tensors),
  * and the grad scale (1/N for mean) is computed on the host in float, as IEEE-754 bits.
  */
 #ifndef BCE_GRAD_TILING_DATA_H
@@ -26,6 +26,7 @@ struct BceGradTilingData {
     int64_t lastCoreTileNum;      // its tiles, tail included
     int64_t lastCoreTailDataNum;  // elements in its last tile
     int64_t scaleBits;            // float32 bits of the grad scale
+    int64_t posWeightClasses;     // C of a last-dim pos_weight [C], else 0
 };
 
 #endif  // BCE_GRAD_TILING_DATA_H

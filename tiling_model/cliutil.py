@@ -1,0 +1,45 @@
+"""Argument parsing shared by the tiling_model commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from tiling_model.kernels import POS_WEIGHT_FORMS, WRT_FORMS
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that fails with one line (and exit 2) instead of the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parse_shape(text: str) -> list[int]:
+    if text.strip() == "":
+        return []
+    try:
+        dims = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be comma-separated integers, got {text!r}") from None
+    return dims
+
+
+def parse_bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def variant_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weight", type=parse_bool, default=True, help="weight input present (default true)")
+    p.add_argument("--pos-weight", default="none", choices=POS_WEIGHT_FORMS, help="pos_weight form")
+    p.add_argument("--wrt", default="logit", choices=WRT_FORMS, help="gradient w.r.t. the logit or p")
+
+
+def knob_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--block-bytes", type=int)
+    p.add_argument("--buffer-num", type=int)
+    p.add_argument("--tile-bytes", type=int)
+    p.add_argument("--core-num", type=int)

@@ -1,0 +1,208 @@
+"""Generic description of an elementwise vector kernel, and the BinaryCrossEntropyGrad variants.
+
+One description says what a kernel streams (inputs read element by element, outputs written,
+scalars), which vector instructions it issues per tile and what else it keeps in UB. The UB
+budget, the queue limit, validation and the pipeline simulator all read it, so the same
+simulator predicts any elementwise kernel (e.g. the Sigmoid used for calibration) and every
+BCE-grad variant from one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES
+
+#: AscendC: at most 8 queue buffers carrying sync events per TPosition on A2/310B
+#: (ascendc-api.md s2.5, "max buffer number in same queue position").
+MAX_BUFFERS_PER_POSITION = 8
+#: The seed's sum/mean kernel keeps the scalar grad in a 16-element queue.
+SEED_SCALAR_QUEUE_ELEMS = 16
+POS_WEIGHT_FORMS = ("none", "full", "last_dim")
+WRT_FORMS = ("logit", "probability")
+
+#: Cycles per 256-B repeat on one 910B1 AIV, fp32 unless the key says otherwise (MSKPP,
+#: data/mskpp_vector_instr_910b1.csv): binary ops 2, tensor-scalar and unary ops 1, exp/ln/sqrt
+#: fp32 2 (fp16 3.9/3.9/4), div 4, VCONV ~1 (fp32->fp16 0.49), vgather u32 12.2.
+CYCLES_PER_REPEAT: dict[str, float] = {
+    "add": 2.0, "sub": 2.0, "mul": 2.0, "max": 2.0, "min": 2.0, "div": 4.0,
+    "compare": 2.0, "select": 2.0,
+    "adds": 1.0, "muls": 1.0, "maxs": 1.0, "mins": 1.0, "abs": 1.0, "relu": 1.0, "rec": 1.0, "duplicate": 1.0,
+    "exp": 2.0, "ln": 2.0, "sqrt": 2.0, "cast": 1.0, "cast_f32_f16": 0.49, "gather": 12.2,
+}  # fmt: skip
+CYCLES_HALF_OVERRIDES: dict[str, float] = {"exp": 3.9, "ln": 3.9, "sqrt": 4.0, "div": 4.1}
+VECTOR_OPS = tuple(sorted(CYCLES_PER_REPEAT))
+
+
+@dataclass(frozen=True)
+class VectorOp:
+    name: str
+    operand_bytes: int  # bytes per element of the widest operand: sets the repeat count
+
+    @property
+    def cycles_per_repeat(self) -> float:
+        if self.operand_bytes == 2 and self.name in CYCLES_HALF_OVERRIDES:
+            return CYCLES_HALF_OVERRIDES[self.name]
+        return CYCLES_PER_REPEAT[self.name]
+
+
+@dataclass(frozen=True)
+class ElementwiseKernel:
+    """Streams and UB buffers of one kernel; tiles are counted in I/O-dtype elements."""
+
+    name: str
+    dtype: str
+    full_inputs: tuple[str, ...]  # read element by element through VECIN queues
+    outputs: tuple[str, ...]  # written element by element through VECOUT queues
+    scalar_inputs: tuple[str, ...] = ()  # read as one value each
+    ops: tuple[VectorOp, ...] = ()  # vector instructions per tile
+    temp_bytes_per_elem: int = 0  # TBuf bytes per tile element (compute-dtype temporaries)
+    scalar_queue_bytes: int = 0  # a small VECIN queue per buffer (the seed's grad scalar)
+    row_bytes: int = 0  # bytes read once per core and kept in UB (a pos_weight row)
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def vecin_queues(self) -> int:
+        return len(self.full_inputs) + (1 if self.scalar_queue_bytes else 0)
+
+    @property
+    def vecout_queues(self) -> int:
+        return len(self.outputs)
+
+    @property
+    def streams(self) -> int:
+        return len(self.full_inputs) + len(self.outputs)
+
+    def allowed_buffer_nums(self, choices: tuple[int, ...] = (1, 2, 3, 4)) -> tuple[int, ...]:
+        worst = max(self.vecin_queues, self.vecout_queues)
+        return tuple(b for b in choices if worst * b <= MAX_BUFFERS_PER_POSITION)
+
+    def _fixed_ub(self, buffer_num: int) -> int:
+        scalar = buffer_num * _round_up(self.scalar_queue_bytes, 32) if self.scalar_queue_bytes else 0
+        return scalar + _round_up(self.row_bytes, 32)
+
+    def ub_bytes(self, tile_bytes: int, buffer_num: int) -> int:
+        """UB bytes InitBuffer asks for (each buffer rounded up to 32 B, as TPipe does)."""
+        queues = self.streams * buffer_num * _round_up(tile_bytes, 32)
+        temps = _round_up(self.temp_bytes_per_elem * (tile_bytes // self.elem_bytes), 32)
+        return queues + temps + self._fixed_ub(buffer_num)
+
+    def max_tile_bytes(self, ub_budget: int, buffer_num: int) -> int:
+        """Largest 32-B multiple tile whose buffers fit in ``ub_budget`` (0 if none)."""
+        per_byte = self.streams * buffer_num + self.temp_bytes_per_elem / self.elem_bytes
+        tile = int((ub_budget - self._fixed_ub(buffer_num)) / per_byte) // 32 * 32
+        while tile > 0 and self.ub_bytes(tile, buffer_num) > ub_budget:
+            tile -= 32
+        return max(tile, 0)
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def elementwise_kernel(
+    dtype: str, inputs: int, outputs: int, ops: list[str] | tuple[str, ...], scalars: int = 0, name: str = "elementwise"
+) -> ElementwiseKernel:
+    """A generic elementwise kernel: ``ops`` are instruction names of the MSKPP table.
+
+    Half types compute in float32 (as bcetune's kernels do on A2): each input is cast up,
+    each output cast down, and two fp32 temporaries are kept per tile element.
+    """
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}")
+    if inputs < 1 or outputs < 1 or scalars < 0:
+        raise ValueError("an elementwise kernel needs at least one input and one output")
+    unknown = [op for op in ops if op not in CYCLES_PER_REPEAT]
+    if unknown:
+        raise ValueError(f"unknown vector op(s) {', '.join(unknown)}; known: {', '.join(VECTOR_OPS)}")
+    elem = DTYPE_BYTES[dtype]
+    widen = dtype in FLOAT_DTYPES and elem == 2
+    work = 4 if widen else elem
+    seq = [VectorOp("cast", 4)] * inputs if widen else []
+    seq += [VectorOp(op, work) for op in ops]
+    if widen:
+        seq += [VectorOp("cast_f32_f16" if dtype == "float16" else "cast", 4)] * outputs
+    return ElementwiseKernel(
+        name=name,
+        dtype=dtype,
+        full_inputs=tuple(f"x{i}" for i in range(inputs)),
+        outputs=tuple(f"y{i}" for i in range(outputs)),
+        scalar_inputs=tuple(f"s{i}" for i in range(scalars)),
+        ops=tuple(seq),
+        temp_bytes_per_elem=2 * 4 if widen else 0,
+    )
+
+
+def bce_grad_kernel(
+    dtype: str,
+    reduction: str,
+    weight: bool = True,
+    pos_weight: str = "none",
+    wrt: str = "logit",
+    scheme: str = "exact",
+    classes: int = 0,
+) -> ElementwiseKernel:
+    """The buffer plan and instruction list of the kernel that runs a tiling of this scheme.
+
+    ``seed``: the requirement's kernel: four VECIN queues and one VECOUT queue of full tiles
+    (grad becomes a 16-element queue for sum/mean; weight is always read), computed natively.
+    ``exact``: bcetune's kernel: absent inputs are not read, a scalar grad is read once with no
+    queue, half types compute in float32. wrt="logit":
+    ``z = w*g*((pw*y + 1 - y)*p - pw*y)`` (``w*g*(p - y)`` without pos_weight); wrt="probability":
+    ``z = w*g*(p - y) / max(p*(1 - p), 1e-12)``. pos_weight "full" is one more stream;
+    "last_dim" (shape [C]) keeps the row of C values in UB and gathers it per tile
+    (provisional: the kernel issue fixes how the kernel reads it).
+    """
+    elem = DTYPE_BYTES[dtype]
+    if pos_weight not in POS_WEIGHT_FORMS:
+        raise ValueError(f"unknown pos_weight form {pos_weight!r}; known: {', '.join(POS_WEIGHT_FORMS)}")
+    if wrt not in WRT_FORMS:
+        raise ValueError(f"unknown wrt {wrt!r}; known: {', '.join(WRT_FORMS)}")
+    if scheme == "seed":
+        if not weight or pos_weight != "none" or wrt != "logit":
+            raise ValueError(
+                "the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit"
+            )
+        full = ("grad", "logits", "labels", "weight") if reduction == "none" else ("logits", "labels", "weight")
+        scalar = () if reduction == "none" else ("grad",)
+        ops = (VectorOp("sub", elem), VectorOp("mul" if reduction == "none" else "muls", elem), VectorOp("mul", elem))
+        scalar_q = 0 if reduction == "none" else SEED_SCALAR_QUEUE_ELEMS * elem
+        return ElementwiseKernel("bce_grad/seed", dtype, full, ("z",), scalar, ops, 0, scalar_q)
+    if pos_weight != "none" and wrt == "probability":
+        raise ValueError("pos_weight applies to wrt='logit' only (the probability gradient has no pos_weight term)")
+    widen = dtype in FLOAT_DTYPES and elem == 2
+    work = 4 if widen else elem
+    full = (["grad"] if reduction == "none" else []) + ["logits", "labels"]
+    full += ["weight"] if weight else []
+    full += ["pos_weight"] if pos_weight == "full" else []
+    ops: list[VectorOp] = [VectorOp("cast", 4)] * len(full) if widen else []
+    temps = 2 if widen else 0
+    row = 0
+    if pos_weight == "last_dim":
+        if classes < 1:
+            raise ValueError("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
+        row = classes * work
+        # per tile: advance the gather offsets (adds, compare, select), then gather the row
+        ops += [VectorOp("adds", 4), VectorOp("compare", 4), VectorOp("select", 4), VectorOp("gather", 4)]
+        temps += 1 + (4 // work if work < 4 else 1)  # gathered pos_weight + int32 offsets
+    if pos_weight != "none":
+        # coef = (pw - 1) * y + 1; t = coef * p - pw * y
+        ops += [VectorOp(o, work) for o in ("adds", "mul", "adds", "mul", "mul", "sub")]
+        temps += 1
+    elif wrt == "probability":
+        # (p - y) / max(p * (1 - p), 1e-12)
+        ops += [VectorOp(o, work) for o in ("sub", "muls", "adds", "mul", "maxs", "div")]
+        temps += 1
+    else:
+        ops.append(VectorOp("sub", work))
+    ops.append(VectorOp("mul" if reduction == "none" else "muls", work))  # grad (scaled by 1/N for mean)
+    if weight:
+        ops.append(VectorOp("mul", work))
+    if widen:
+        ops.append(VectorOp("cast_f32_f16" if dtype == "float16" else "cast", 4))
+    scalar = () if reduction == "none" else ("grad",)
+    name = f"bce_grad/{wrt}" + (f"/pw_{pos_weight}" if pos_weight != "none" else "")
+    return ElementwiseKernel(name, dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row)

@@ -1,0 +1,191 @@
+"""``python -m tiling_model predict | calibrate | plot``: the cost model from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tiling_model.calibrate import NAMED_KERNELS, CalibrationError, calibrate, read_csv, read_jsonl
+from tiling_model.cliutil import knob_flags, parse_shape, variant_flags
+from tiling_model.cost import predict_detail
+from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError, check_combination
+from tiling_model.kernels import VECTOR_OPS, bce_grad_kernel, elementwise_kernel
+from tiling_model.soc import UnknownSocError, known_socs, load_soc, profile_to_json
+from tiling_model.space import score_space
+from tiling_model.tiling import SCHEMES, TilingError, TilingParams, element_count, tile_kernel, tiling_key
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _ops(text: str) -> list[str]:
+    ops = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in ops if x not in VECTOR_OPS]
+    if bad or not ops:
+        raise argparse.ArgumentTypeError(f"unknown op(s) {', '.join(bad) or text!r}; known: {', '.join(VECTOR_OPS)}")
+    return ops
+
+
+def add_model_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="predict one launch of an elementwise or bce_grad kernel")
+    p.add_argument("--soc", default="Ascend910B2")
+    p.add_argument("--kernel", choices=("bce_grad", "elementwise", *NAMED_KERNELS), default="bce_grad")
+    p.add_argument("--dtype", required=True, choices=DTYPES)
+    p.add_argument("--shape", type=parse_shape, required=True)
+    p.add_argument("--inputs", type=_positive, help="elementwise: full input streams")
+    p.add_argument("--outputs", type=_positive, help="elementwise: output streams")
+    p.add_argument("--ops", type=_ops, help="elementwise: vector ops per tile, e.g. sub,mul,exp")
+    p.add_argument("--reduction", default="none", choices=REDUCTIONS)
+    variant_flags(p)
+    knob_flags(p)
+    p.add_argument("--scheme", default="exact", choices=SCHEMES)
+    p.add_argument("--l2", choices=("cold", "warm"), default="cold")
+    p.add_argument("--best", action="store_true", help="also score the whole space and show the model's best")
+    p.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("calibrate", help="fit the model's free parameters to measured times")
+    c.add_argument("--soc", required=True)
+    c.add_argument(
+        "--data", type=Path, action="append", required=True, help="calibration CSV or JSON-lines records (repeatable)"
+    )
+    c.add_argument("--kernel", default="sigmoid", choices=sorted(NAMED_KERNELS), help="kernel the CSV files time")
+    c.add_argument(
+        "--csv-l2",
+        choices=("warm", "cold"),
+        default="warm",
+        help="L2 state of the CSV measurements (CANN-Bench repeats after one flush: warm)",
+    )
+    c.add_argument("--out", type=Path, help="write the refitted profile here (load it via $BCETUNE_PROFILES)")
+    c.add_argument("--json", action="store_true")
+
+    g = sub.add_parser("plot", help="predicted time and fraction of roofline against size (PNG)")
+    g.add_argument("--soc", action="append", help="SoC (repeatable; default all)")
+    g.add_argument("--dtypes", default=",".join(DTYPES))
+    g.add_argument("--out-dir", type=Path, default=Path("docs"))
+
+
+def _kernel_from_args(a: argparse.Namespace):  # noqa: ANN202
+    if a.kernel == "bce_grad":
+        check_combination(a.dtype, a.reduction)
+        classes = a.shape[-1] if a.pos_weight == "last_dim" and a.shape else 1
+        return bce_grad_kernel(a.dtype, a.reduction, a.weight, a.pos_weight, a.wrt, a.scheme, classes)
+    if a.kernel == "elementwise":
+        missing = [f for f in ("inputs", "outputs", "ops") if getattr(a, f) is None]
+        if missing:
+            raise TilingError(f"--kernel elementwise needs --{', --'.join(missing)}")
+        return elementwise_kernel(a.dtype, a.inputs, a.outputs, a.ops)
+    return elementwise_kernel(a.dtype, *NAMED_KERNELS[a.kernel][:2], NAMED_KERNELS[a.kernel][2], name=a.kernel)
+
+
+def _predict(a: argparse.Namespace) -> int:
+    soc = load_soc(a.soc)
+    kernel = _kernel_from_args(a)
+    params = TilingParams(a.block_bytes, a.buffer_num, a.tile_bytes, a.core_num)
+    reduction = a.reduction if a.kernel == "bce_grad" else "none"
+    key = tiling_key(reduction, a.dtype, a.weight, 0, a.pos_weight, a.wrt) if a.kernel == "bce_grad" else None
+    t = tile_kernel(kernel, a.shape, params, soc, a.scheme, reduction, key)
+    warm = a.l2 == "warm"
+    doc: dict[str, object] = {
+        "soc": soc.name,
+        "kernel": kernel.name,
+        "params": t.params.as_dict(),
+        **predict_detail(t, soc, warm).as_dict(),
+    }
+    if a.best:
+        scored = score_space(kernel, soc, max(element_count(a.shape), 1), warm)
+        i = scored.best_index()
+        doc["best"] = {
+            "params": scored.params(i).as_dict(),
+            "predicted_us": round(float(scored.result.predicted_us[i]), 4),
+            "configurations_scored": len(scored),
+        }
+    if a.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    p = doc["params"]
+    print(
+        f"{soc.name} {kernel.name} {a.dtype} shape={a.shape}  block_bytes={p['block_bytes']} "
+        f"buffer_num={p['buffer_num']} tile_bytes={p['tile_bytes']} core_num={p['core_num']}"
+    )
+    print(
+        f"predicted {doc['predicted_us']:.3f} us, roofline {doc['roofline_us']:.3f} us "
+        f"({100 * doc['fraction_of_roofline']:.1f}%), {doc['bottleneck']}-bound, {doc['bytes_moved']} B, "
+        f"{doc['achieved_gbps']:.1f} GB/s; busy {doc['busy_us']}"
+    )
+    if a.best:
+        b = doc["best"]
+        print(f"model best of {b['configurations_scored']} configurations: {b['params']} -> {b['predicted_us']} us")
+    return 0
+
+
+def _calibrate(a: argparse.Namespace) -> int:
+    soc = load_soc(a.soc)
+    data = []
+    for path in a.data:
+        if path.suffix in (".jsonl", ".json"):
+            data += read_jsonl(path)
+        else:
+            data += read_csv(path, a.kernel, a.csv_l2 == "warm")
+    result = calibrate(soc, data)
+    summary = result.as_dict()
+    if a.out:
+        doc = profile_to_json(result.profile)
+        files = ", ".join(str(p) for p in a.data)
+        for name, value in result.after.items():
+            doc[name] = value
+            doc["sources"][name] = (
+                f"fitted by `python -m tiling_model calibrate` on {files}: median |error| "
+                f"{100 * result.median_abs_rel_error:.1f}% over {len(data)} cases"
+            )
+        doc["calibration"] = {k: v for k, v in summary.items()} | {"data": [str(p) for p in a.data]}
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(doc, indent=2) + "\n")
+    if a.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(
+        f"{soc.name}: {len(data)} cases; median |error| {100 * result.median_before:.1f}% before, "
+        f"{100 * result.median_abs_rel_error:.1f}% after (worst {100 * result.worst_abs_rel_error:.1f}%)"
+    )
+    for k, v in result.after.items():
+        print(f"  {k:<14} {result.before[k]:>10.4f} -> {v:>10.4f}")
+    for r in result.residuals:
+        print(
+            f"  {r['case']:<50} {r['dtype']:<9} measured {r['measured_us']:>9.2f} predicted "
+            f"{r['predicted_us']:>9.2f} ({100 * r['rel_error']:+.1f}%)"
+        )
+    if a.out:
+        print(f"wrote {a.out}")
+    return 0
+
+
+def _plot(a: argparse.Namespace) -> int:
+    from tiling_model.plot import plot_all
+
+    socs = a.soc or list(known_socs())
+    for s in socs:
+        load_soc(s)
+    dtypes = [d for d in a.dtypes.split(",") if d]
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise UnsupportedError(f"unknown dtype(s) {', '.join(bad)}; supported: {', '.join(DTYPES)}")
+    for path in plot_all(socs, dtypes, a.out_dir):
+        print(f"wrote {path}")
+    return 0
+
+
+def run_model_command(a: argparse.Namespace) -> int:
+    try:
+        return {"predict": _predict, "calibrate": _calibrate, "plot": _plot}[a.command](a)
+    except (TilingError, UnsupportedError, UnknownSocError, CalibrationError, ValueError) as e:
+        print(f"python -m tiling_model: error: {e}", file=sys.stderr)
+        return 2

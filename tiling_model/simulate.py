@@ -1,0 +1,239 @@
+"""Pipeline simulator of one kernel launch, vectorised over many tilings at once.
+
+Each core runs its tiles through three pipes in order: CopyIn on MTE2 (one DMA per input
+stream read), Compute on V (the kernel's vector instructions) and CopyOut on MTE3, with
+``buffer_num`` buffers per queue. With queue-based synchronisation the scalar unit runs
+ahead, so tile i's events obey:
+
+    in_start[i]   = max(in_end[i-1], comp_end[i-bn])            (MTE2 in order; input buffer free)
+    comp_start[i] = max(in_end[i], comp_end[i-1], out_end[i-bn])   (V in order; output buffer free)
+    out_start[i]  = max(comp_end[i], out_end[i-1])              (MTE3 in order)
+
+A core's time is its last CopyOut's end plus a fixed start-up. Cores of one kind (big,
+small, last) do identical work, so each kind is simulated once. Long tile sequences are
+simulated for their first ``WARMUP`` tiles, then advanced by whole periods of the steady
+state (the recurrence is max-plus linear, so the periodic regime repeats exactly), then the
+final tiles are simulated again: cost is O(WARMUP) per core kind, whatever the tile count.
+
+Copy costs: the measured per-DMA curve of one core, but never faster than the core's share
+of the aggregate HBM bandwidth; copies whose GM start is not 512-B aligned get the SoC's
+misalignment factor on their bandwidth part. The launch can never beat bytes moved over the
+aggregate bandwidth (L2 cold by default; ``warm_l2`` lets the share of the footprint that fits
+in L2 stream at L2 bandwidth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tiling_model.kernels import ElementwiseKernel
+from tiling_model.soc import SocProfile
+
+WARMUP = 24
+PERIOD = 12  # a multiple of every possible steady-state cyclicity (buffer_num <= 4)
+REPEAT_BYTES = 256
+GM_ALIGN_BYTES = 512
+KINDS = ("big", "small", "last")
+
+
+@dataclass(frozen=True)
+class CoreKinds:
+    """Per tiling (arrays of length M), per core kind (axis 1: big, small, last)."""
+
+    cores: np.ndarray  # (M, 3) number of cores of the kind
+    elems: np.ndarray  # (M, 3) elements per core
+    tiles: np.ndarray  # (M, 3)
+    tail: np.ndarray  # (M, 3) elements in the last tile
+    aligned: np.ndarray  # (M, 3) bool: every copy of the kind starts 512-B aligned in GM
+    tile_elems: np.ndarray  # (M,)
+    buffer_num: np.ndarray  # (M,)
+    block_dim: np.ndarray  # (M,)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    predicted_us: np.ndarray
+    core_us: np.ndarray  # slowest core incl. start-up
+    bandwidth_us: np.ndarray  # bytes over aggregate bandwidth
+    busy_us: np.ndarray  # (M, 3): MTE2, V, MTE3 busy time of the slowest core
+    bytes_moved: np.ndarray
+    roofline_us: np.ndarray  # launch + bytes over the aggregate bandwidth (HBM; with warm L2, the L2 mix)
+
+
+def _curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray, float, float]:
+    kib = np.array([p[0] for p in points]) * 1024.0
+    us = np.array([p[1] for p in points])
+    slope = (us[-1] - us[-2]) / (kib[-1] - kib[-2])
+    fixed = max(us[0] - kib[0] * (us[1] - us[0]) / (kib[1] - kib[0]), 0.0)
+    return kib, us, slope, fixed
+
+
+def copy_us(
+    nbytes: np.ndarray,
+    points: tuple[tuple[float, float], ...],
+    share_gbps: np.ndarray,
+    aligned: np.ndarray,
+    misaligned_factor: float,
+) -> np.ndarray:
+    """Time of one DMA of ``nbytes`` on one core (0 for 0 bytes)."""
+    kib, us, slope, fixed = _curve(points)
+    b = np.asarray(nbytes, dtype=float)
+    t = np.where(b <= kib[-1], np.interp(b, kib, us), us[-1] + (b - kib[-1]) * slope)
+    t = np.maximum(t, fixed + b / (share_gbps * 1e3))
+    t = np.where(aligned, t, fixed + (t - fixed) / misaligned_factor)
+    return np.where(b > 0, t, 0.0)
+
+
+def vector_us(kernel: ElementwiseKernel, elems: np.ndarray, soc: SocProfile) -> np.ndarray:
+    """Time of one tile's vector instructions (0 for an empty tile)."""
+    e = np.asarray(elems, dtype=float)
+    cycles = np.zeros_like(e)
+    for op in kernel.ops:
+        cycles += soc.vector_start_cycles + np.ceil(e * op.operand_bytes / REPEAT_BYTES) * op.cycles_per_repeat
+    return np.where(e > 0, cycles / soc.clock_mhz, 0.0)
+
+
+def _pipeline(
+    ntiles: np.ndarray, full: tuple[np.ndarray, ...], tail: tuple[np.ndarray, ...], bn: np.ndarray
+) -> np.ndarray:
+    """End time of the last CopyOut for each row (arrays of shape (R,))."""
+    out = np.zeros(ntiles.shape[0])
+    for b in np.unique(bn):
+        rows = bn == b
+        out[rows] = _pipeline_fixed_bn(ntiles[rows], tuple(x[rows] for x in full), tuple(x[rows] for x in tail), int(b))
+    return out
+
+
+def _pipeline_fixed_bn(
+    ntiles: np.ndarray, full: tuple[np.ndarray, ...], tail: tuple[np.ndarray, ...], bn: int
+) -> np.ndarray:
+    rows = ntiles.shape[0]
+    zero = np.zeros(rows)
+    comp_hist = [zero]  # comp_hist[i + 1]: comp_end after step i; [0]: time 0
+    out_hist = [zero]
+    in_end, comp_end, out_end = zero, zero, zero
+
+    def step(col: int, active: np.ndarray, is_tail: np.ndarray) -> None:
+        nonlocal in_end, comp_end, out_end
+        a, b, c = (np.where(is_tail, t, f) for f, t in zip(full, tail, strict=True))
+        back = max(col - bn, -1) + 1  # history slot of tile i - bn (0: before the first tile)
+        ie = np.maximum(in_end, comp_hist[back]) + a
+        ce = np.maximum(np.maximum(ie, comp_end), out_hist[back]) + b
+        oe = np.maximum(ce, out_end) + c
+        in_end = np.where(active, ie, in_end)
+        comp_end = np.where(active, ce, comp_end)
+        out_end = np.where(active, oe, out_end)
+        comp_hist.append(comp_end)
+        out_hist.append(out_end)
+
+    for i in range(min(WARMUP, int(ntiles.max(initial=0)))):
+        step(i, i < ntiles, ntiles - 1 == i)
+    long = ntiles > WARMUP
+    if long.any():
+        period = (out_hist[WARMUP] - out_hist[WARMUP - PERIOD]) / PERIOD  # steady-state time per tile
+        skip = np.where(long, (ntiles - WARMUP - 1) // PERIOD * PERIOD, 0)
+        shift = skip * period
+        in_end, comp_end, out_end = in_end + shift, comp_end + shift, out_end + shift
+        comp_hist = [zero] + [h + shift for h in comp_hist[1:]]
+        out_hist = [zero] + [h + shift for h in out_hist[1:]]
+        remaining = ntiles - WARMUP - skip
+        for j in range(PERIOD):
+            step(WARMUP + j, long & (j < remaining), long & (remaining - 1 == j))
+    return out_end
+
+
+def simulate(
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool = False
+) -> BatchResult:
+    """Predict M tilings of one kernel; ``n`` is the element count per tiling."""
+    elem = kernel.elem_bytes
+    m = k.tiles.shape[0]
+    active = np.maximum(k.block_dim, 1).astype(float)
+    hbm = soc.hbm_gbps
+    n = np.asarray(n, dtype=float)
+    streams = kernel.streams
+    footprint = streams * n * elem
+    if warm_l2:
+        hit = np.minimum(1.0, soc.l2_bytes / np.maximum(footprint, 1.0))
+        agg = 1.0 / ((1.0 - hit) / hbm + hit / soc.l2_gbps)
+    else:
+        agg = np.full(m, hbm)
+    share = (agg / active)[:, None] * np.ones((1, 3))
+    bn = np.repeat(k.buffer_num[:, None], 3, axis=1).ravel()
+
+    def stage(elems: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        nbytes = elems * elem
+        cin = len(kernel.full_inputs) * copy_us(
+            nbytes, soc.mte2_curve_kib_us, share, k.aligned, soc.misaligned_bw_factor
+        )
+        if kernel.scalar_queue_bytes:
+            cin = cin + np.where(
+                elems > 0,
+                copy_us(np.full_like(nbytes, kernel.scalar_queue_bytes), soc.mte2_curve_kib_us, share, True, 1.0),
+                0.0,
+            )
+        vec = vector_us(kernel, elems, soc)
+        cout = len(kernel.outputs) * copy_us(nbytes, soc.mte3_curve_kib_us, share, k.aligned, soc.misaligned_bw_factor)
+        return cin, vec, cout
+
+    tile = np.repeat(k.tile_elems[:, None], 3, axis=1)
+    full = stage(np.where(k.tiles > 1, tile, 0))
+    tail = stage(k.tail)
+    live = ((k.cores > 0) & (k.tiles > 0)).ravel()
+    end = np.zeros(m * 3)
+    end[live] = _pipeline(
+        k.tiles.ravel()[live], tuple(s.ravel()[live] for s in full), tuple(s.ravel()[live] for s in tail), bn[live]
+    )
+    end = end.reshape(m, 3)
+    row_us = copy_us(np.full(m, kernel.row_bytes), soc.mte2_curve_kib_us, share[:, 0], True, 1.0)
+    per_core = np.where((k.cores > 0) & (k.tiles > 0), end + soc.core_start_us + row_us[:, None], 0.0)
+    slowest = per_core.argmax(axis=1)
+    core_us = per_core[np.arange(m), slowest]
+    nfull = np.maximum(k.tiles - 1, 0)
+    busy = np.stack([nfull * f + np.where(k.tiles > 0, t, 0.0) for f, t in zip(full, tail, strict=True)], axis=2)
+    busy = busy[np.arange(m), slowest]
+
+    covered = (k.cores * k.elems).sum(axis=1)
+    scalar_bytes = len(kernel.scalar_inputs) * elem
+    if kernel.scalar_queue_bytes:
+        scalar_bytes = (k.cores * k.tiles).sum(axis=1) * kernel.scalar_queue_bytes
+    bytes_moved = streams * covered * elem + scalar_bytes + k.block_dim * kernel.row_bytes
+    misaligned = 1.0 - (k.cores * ~k.aligned).sum(axis=1) / np.maximum(k.cores.sum(axis=1), 1) * (
+        1.0 - soc.misaligned_bw_factor
+    )
+    bandwidth_us = bytes_moved / (agg * 1e3 * misaligned)
+    launched = k.block_dim > 0
+    predicted = np.where(launched, soc.launch_us + np.maximum(core_us, bandwidth_us), 0.0)
+    roofline = np.where(launched, soc.launch_us + bytes_moved / (agg * 1e3), 0.0)
+    return BatchResult(predicted, core_us, bandwidth_us, busy, bytes_moved, roofline)
+
+
+def kinds_exact(
+    n: int, elem: int, block_bytes: np.ndarray, buffer_num: np.ndarray, tile_bytes: np.ndarray, core_num: np.ndarray
+) -> CoreKinds:
+    """Core kinds of the exact scheme for M parameter sets (vectorised ``tiling._exact_fields``)."""
+    block_elems = block_bytes // elem
+    tile_elems = tile_bytes // elem
+    blocks = -(-n // block_elems)
+    cores = np.maximum(np.minimum(core_num, blocks), 1)
+    every, tail_blocks = np.divmod(blocks, cores)
+    small = every * block_elems
+    big = small + block_elems
+    last = n - (big * tail_blocks + small * (cores - 1 - tail_blocks))
+    elems = np.stack([big, small, last], axis=1)
+    counts = np.stack([tail_blocks, cores - 1 - tail_blocks, np.ones_like(cores)], axis=1)
+    if n == 0:
+        counts = np.zeros_like(counts)
+        elems = np.zeros_like(elems)
+        cores = np.zeros_like(cores)
+    te = tile_elems[:, None]
+    tiles = np.where(elems > 0, -(-elems // te), 0)
+    tail = np.where(elems > 0, elems - (tiles - 1) * te, 0)
+    stride_ok = (tile_bytes % GM_ALIGN_BYTES == 0)[:, None]
+    big_ok = big * elem % GM_ALIGN_BYTES == 0
+    small_start_ok = ((big * tail_blocks) * elem % GM_ALIGN_BYTES == 0) & (small * elem % GM_ALIGN_BYTES == 0)
+    last_start_ok = (n - last) * elem % GM_ALIGN_BYTES == 0
+    aligned = stride_ok & np.stack([big_ok | (tail_blocks <= 1), small_start_ok, last_start_ok], axis=1)
+    return CoreKinds(counts, elems, tiles, tail, aligned, tile_elems, buffer_num, cores)

@@ -1,0 +1,80 @@
+"""The search space of the four tiling knobs, and scoring all of it at once with the model.
+
+The tuner samples this space; ``score_space`` predicts every configuration in it for one
+shape in one vectorised simulator call (the model's best is the tuner's first trials and the
+service's fallback).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tiling_model.kernels import ElementwiseKernel
+from tiling_model.simulate import BatchResult, kinds_exact, simulate
+from tiling_model.soc import SocProfile
+from tiling_model.tiling import TilingParams
+
+BLOCK_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+BUFFER_CHOICES = (1, 2, 3, 4)
+TILE_STEP_BYTES = 512  # tiles are whole 512-B blocks (GM-aligned copies)
+
+
+@dataclass(frozen=True)
+class ScoredSpace:
+    block_bytes: np.ndarray
+    buffer_num: np.ndarray
+    tile_bytes: np.ndarray
+    core_num: np.ndarray
+    result: BatchResult
+
+    def __len__(self) -> int:
+        return int(self.block_bytes.shape[0])
+
+    def params(self, i: int) -> TilingParams:
+        return TilingParams(
+            int(self.block_bytes[i]), int(self.buffer_num[i]), int(self.tile_bytes[i]), int(self.core_num[i])
+        )
+
+    def best_index(self) -> int:
+        """Fastest configuration; ties (within 1e-9 us) go to more buffers >= 2 first, then larger tiles,
+        then more cores, then larger blocks (np.lexsort keys, last one primary)."""
+        us = np.round(self.result.predicted_us, 9)
+        single = self.buffer_num < 2
+        order = np.lexsort((-self.block_bytes, -self.core_num, -self.tile_bytes, self.buffer_num, single, us))
+        return int(order[0])
+
+    def ranked(self, k: int) -> list[int]:
+        """Indices of the k fastest distinct configurations."""
+        return [int(i) for i in np.argsort(self.result.predicted_us, kind="stable")[:k]]
+
+
+def tile_choices(kernel: ElementwiseKernel, soc: SocProfile, buffer_num: int) -> np.ndarray:
+    top = kernel.max_tile_bytes(soc.ub_usable_bytes, buffer_num)
+    return np.arange(TILE_STEP_BYTES, top + 1, TILE_STEP_BYTES)
+
+
+def enumerate_space(kernel: ElementwiseKernel, soc: SocProfile, n: int) -> tuple[np.ndarray, ...]:
+    """Every valid (block, buffers, tile, cores) of the space; cores beyond the block count are
+    left out (they give the same tiling as the block count)."""
+    cols: list[list[np.ndarray]] = [[], [], [], []]
+    for bn in kernel.allowed_buffer_nums(BUFFER_CHOICES):
+        tiles = tile_choices(kernel, soc, bn)
+        for block in BLOCK_CHOICES:
+            blocks = max(-(-n * kernel.elem_bytes // block), 1)
+            cores = np.arange(1, min(soc.aiv_cores, blocks) + 1)
+            t, c = np.meshgrid(tiles, cores, indexing="ij")
+            cols[0].append(np.full(t.size, block))
+            cols[1].append(np.full(t.size, bn))
+            cols[2].append(t.ravel())
+            cols[3].append(c.ravel())
+    return tuple(np.concatenate(c).astype(np.int64) for c in cols)
+
+
+def score_space(kernel: ElementwiseKernel, soc: SocProfile, n: int, warm_l2: bool = False) -> ScoredSpace:
+    """Predict every configuration of the space for ``n`` elements (exact scheme)."""
+    block, bn, tile, cores = enumerate_space(kernel, soc, n)
+    kinds = kinds_exact(n, kernel.elem_bytes, block, bn, tile, cores)
+    result = simulate(kernel, kinds, soc, np.full(block.shape, n), warm_l2)
+    return ScoredSpace(block, bn, tile, cores, result)
