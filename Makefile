@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep bench clean
+.PHONY: run test lint sweep bench-model clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ lint: $(STAMP)
 # Re-tune the shipped tables with the cost-model backend (see README "Tuning").
 sweep: $(STAMP)
 	$(PY) -m tuner sweep --soc Ascend910B2
+
+# Cost-model speed (single prediction, whole-space scoring): a benchmark, not a test.
+bench-model: $(STAMP)
+	$(PY) benchmarks/model_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

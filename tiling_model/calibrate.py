@@ -171,7 +171,9 @@ def calibrate(soc: SocProfile, data: list[Measurement], free: tuple[str, ...] = 
         raise CalibrationError(f"cannot fit {', '.join(unknown)}; free parameters: {', '.join(FREE_PARAMS)}")
     x0 = np.array([getattr(soc, p) for p in free], dtype=float)
     lo = np.array([BOUNDS[p][0] for p in free])
-    hi = np.array([BOUNDS[p][1] for p in free])
+    # effective bandwidths cannot exceed the physical peaks the roofline uses
+    peaks = {"hbm_gbps": soc.hbm_peak_gbps, "l2_gbps": soc.l2_peak_gbps}
+    hi = np.array([min(BOUNDS[p][1], peaks.get(p, np.inf)) for p in free])
 
     def with_values(x: np.ndarray) -> SocProfile:
         return replace(soc, **{p: float(v) for p, v in zip(free, x, strict=True)})

@@ -103,9 +103,12 @@ def _predict(a: argparse.Namespace) -> int:
     if a.best:
         scored = score_space(kernel, soc, max(element_count(a.shape), 1), warm)
         i = scored.best_index()
+        best_us, roof = float(scored.result.predicted_us[i]), float(scored.result.roofline_us[i])
         doc["best"] = {
             "params": scored.params(i).as_dict(),
-            "predicted_us": round(float(scored.result.predicted_us[i]), 4),
+            "predicted_us": round(best_us, 4),
+            "roofline_us": round(roof, 4),
+            "fraction_of_roofline": round(roof / best_us, 4),
             "configurations_scored": len(scored),
         }
     if a.json:
@@ -123,7 +126,10 @@ def _predict(a: argparse.Namespace) -> int:
     )
     if a.best:
         b = doc["best"]
-        print(f"model best of {b['configurations_scored']} configurations: {b['params']} -> {b['predicted_us']} us")
+        print(
+            f"model best of {b['configurations_scored']} configurations: {b['params']} -> {b['predicted_us']} us "
+            f"({100 * b['fraction_of_roofline']:.1f}% of roofline)"
+        )
     return 0
 
 

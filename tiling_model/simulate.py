@@ -59,7 +59,7 @@ class BatchResult:
     bandwidth_us: np.ndarray  # bytes over aggregate bandwidth
     busy_us: np.ndarray  # (M, 3): MTE2, V, MTE3 busy time of the slowest core
     bytes_moved: np.ndarray
-    roofline_us: np.ndarray  # launch + bytes over the aggregate bandwidth (HBM; with warm L2, the L2 mix)
+    roofline_us: np.ndarray  # launch + bytes over the peak bandwidth (HBM; with warm L2, the L2 mix)
 
 
 def _curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -155,11 +155,9 @@ def simulate(
     n = np.asarray(n, dtype=float)
     streams = kernel.streams
     footprint = streams * n * elem
-    if warm_l2:
-        hit = np.minimum(1.0, soc.l2_bytes / np.maximum(footprint, 1.0))
-        agg = 1.0 / ((1.0 - hit) / hbm + hit / soc.l2_gbps)
-    else:
-        agg = np.full(m, hbm)
+    hit = np.minimum(1.0, soc.l2_bytes / np.maximum(footprint, 1.0)) if warm_l2 else np.zeros(m)
+    agg = 1.0 / ((1.0 - hit) / hbm + hit / soc.l2_gbps)
+    agg_peak = 1.0 / ((1.0 - hit) / soc.hbm_peak_gbps + hit / soc.l2_peak_gbps)
     share = (agg / active)[:, None] * np.ones((1, 3))
     bn = np.repeat(k.buffer_num[:, None], 3, axis=1).ravel()
 
@@ -206,7 +204,7 @@ def simulate(
     bandwidth_us = bytes_moved / (agg * 1e3 * misaligned)
     launched = k.block_dim > 0
     predicted = np.where(launched, soc.launch_us + np.maximum(core_us, bandwidth_us), 0.0)
-    roofline = np.where(launched, soc.launch_us + bytes_moved / (agg * 1e3), 0.0)
+    roofline = np.where(launched, soc.launch_us + bytes_moved / (agg_peak * 1e3), 0.0)
     return BatchResult(predicted, core_us, bandwidth_us, busy, bytes_moved, roofline)
 
 

@@ -27,9 +27,11 @@ class SocProfile:
     ub_bytes: int
     ub_reserve_bytes: int
     clock_mhz: float
-    hbm_gbps: float
+    hbm_gbps: float  # effective aggregate bandwidth the simulator streams at (fitted where measured)
+    hbm_peak_gbps: float  # physical limit: what the roofline divides by
     l2_bytes: int
     l2_gbps: float
+    l2_peak_gbps: float
     memory_bytes: int
     mte2_curve_kib_us: tuple[tuple[float, float], ...]
     mte3_curve_kib_us: tuple[tuple[float, float], ...]
@@ -74,7 +76,9 @@ def load_soc(name: str) -> SocProfile:
     raw.pop("$comment", None)
     raw["mte2_curve_kib_us"] = tuple(tuple(p) for p in raw["mte2_curve_kib_us"])
     raw["mte3_curve_kib_us"] = tuple(tuple(p) for p in raw["mte3_curve_kib_us"])
-    raw["profile_hash"] = hashlib.sha256(raw_bytes).hexdigest()[:16]
+    # The hash covers what predictions depend on, not the source notes or calibration residuals.
+    model = {k: v for k, v in raw.items() if k not in ("sources", "calibration")}
+    raw["profile_hash"] = hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
     return SocProfile(**raw)
 
 

@@ -158,6 +158,7 @@ def write_table(table: TuningTable, path: str | Path) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(table.to_json(), f, indent=1)
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a shipped table is world-readable
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
