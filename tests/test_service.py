@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tiling_model import TilingParams, compute_tiling, load_soc, predict, validate
-from tiling_model.tables import TableEntry, TuningTable, write_table
+from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
 
 GOOD = {"block_bytes": 1024, "buffer_num": 2, "tile_bytes": 8192, "core_num": 40}
 BROKEN = {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 65536, "core_num": 48}  # overflows UB
@@ -60,12 +60,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     table = TuningTable(
         "Ascend910B2",
         load_soc("Ascend910B2").profile_hash,
+        kernel_source_hash(),
         "model",
         "2026-11-30T00:00:00+00:00",
         10,
         (
-            TableEntry("float16", "mean", True, 1 << 20, GOOD, 8.0, 9.0, 10),
-            TableEntry("float32", "none", True, 1 << 20, BROKEN, 8.0, 9.0, 10),
+            TableEntry("float16", "mean", True, "none", "logit", 1 << 20, GOOD, 8.0, 9.0, 10),
+            TableEntry("float32", "none", True, "none", "logit", 1 << 20, BROKEN, 8.0, 9.0, 10),
         ),
     )
     write_table(table, d / "Ascend910B2.json")
@@ -96,7 +97,7 @@ def test_table_entry_is_served_with_its_exact_bytes(server: Server) -> None:
     assert base64.b64decode(doc["tiling_b64"]) == t.to_bytes()
     assert (doc["block_dim"], doc["tiling_key"]) == (t.block_dim, t.tiling_key)
     assert doc["predicted_us"] == pytest.approx(predict(t), abs=1e-4)
-    assert doc["provenance"]["backend"] == "model" and doc["provenance"]["schema_version"] == 1
+    assert doc["provenance"]["backend"] == "model" and doc["provenance"]["schema_version"] == 2
 
 
 def test_sizes_in_the_bucket_use_the_entry(server: Server) -> None:
@@ -154,7 +155,7 @@ def test_malformed_json_is_a_422(server: Server) -> None:
 
 
 def test_corrupt_table_stops_start_up_with_the_file_named(tmp_path: Path) -> None:
-    (tmp_path / "Ascend910B2.json").write_text(json.dumps({"schema_version": 1, "soc": "Ascend910B2"}))
+    (tmp_path / "Ascend910B2.json").write_text(json.dumps({"schema_version": 2, "soc": "Ascend910B2"}))
     r = subprocess.run(
         [sys.executable, "-m", "service", "--tables", str(tmp_path), "--port", str(_free_port())],
         capture_output=True,

@@ -15,11 +15,13 @@ PARAMS = {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 8192, "core_num": 4
 
 
 def entry(size: int, dtype: str = "float32", reduction: str = "none", weight: bool = True) -> TableEntry:
-    return TableEntry(dtype, reduction, weight, size, dict(PARAMS, core_num=min(48, size)), 1.0, 2.0, 5)
+    return TableEntry(
+        dtype, reduction, weight, "none", "logit", size, dict(PARAMS, core_num=min(48, size)), 1.0, 2.0, 5
+    )
 
 
 def table(*entries: TableEntry) -> TuningTable:
-    return TuningTable("Ascend910B2", "abc", "model", "2026-01-01T00:00:00+00:00", 5, tuple(entries))
+    return TuningTable("Ascend910B2", "abc", "def", "model", "2026-01-01T00:00:00+00:00", 5, tuple(entries))
 
 
 def test_lookup_uses_geometric_bucket_bounds() -> None:
@@ -33,6 +35,8 @@ def test_lookup_uses_geometric_bucket_bounds() -> None:
     assert t.lookup("float32", "none", True, 10**12).size == 65536
     assert t.lookup("float16", "none", True, 100) is None
     assert t.lookup("float32", "none", False, 100) is None
+    assert t.lookup("float32", "none", True, 100, pos_weight="full") is None
+    assert t.lookup("float32", "none", True, 100, wrt="probability") is None
 
 
 @given(st.lists(st.integers(1, 10**9), min_size=1, max_size=12, unique=True), st.integers(1, 10**10))
@@ -55,7 +59,9 @@ def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "mutate,needle",
     [
-        (lambda d: d.update(schema_version=99), "schema_version 99 is not 1"),
+        (lambda d: d.update(schema_version=99), "schema_version 99 is not 2"),
+        (lambda d: d.pop("kernel_hash"), "kernel_hash missing"),
+        (lambda d: d["entries"][0].update(pos_weight="last_dim"), "pos_weight 'last_dim' is not none or full"),
         (lambda d: d.pop("backend"), "backend missing"),
         (lambda d: d["entries"][0].update(dtype="float64"), "entries[0]: unknown dtype 'float64'"),
         (lambda d: d["entries"][0]["params"].pop("core_num"), "entries[0]: params must have exactly"),

@@ -8,6 +8,7 @@ tuned sizes (the first bucket starts at 1, the last one is open-ended).
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import math
 import os
@@ -19,7 +20,8 @@ from typing import Any
 from tiling_model.dtypes import DTYPES, REDUCTIONS
 from tiling_model.tiling import TilingParams
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+VariantKey = tuple[str, str, bool, str, str]  # dtype, reduction, weight, pos_weight, wrt
 PARAM_NAMES = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
 
 
@@ -32,6 +34,8 @@ class TableEntry:
     dtype: str
     reduction: str
     weight: bool
+    pos_weight: str
+    wrt: str
     size: int  # element count the entry was tuned at
     params: dict[str, int]
     tuned_us: float
@@ -39,8 +43,8 @@ class TableEntry:
     trials: int
 
     @property
-    def key(self) -> tuple[str, str, bool]:
-        return (self.dtype, self.reduction, self.weight)
+    def key(self) -> VariantKey:
+        return (self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt)
 
     def tiling_params(self) -> TilingParams:
         return TilingParams(**self.params)
@@ -50,17 +54,18 @@ class TableEntry:
 class TuningTable:
     soc: str
     soc_profile_hash: str
+    kernel_hash: str
     backend: str
     created: str
     trials_per_study: int
     entries: tuple[TableEntry, ...]
     schema_version: int = SCHEMA_VERSION
-    _index: dict[tuple[str, str, bool], tuple[list[float], list[TableEntry]]] = field(
+    _index: dict[VariantKey, tuple[list[float], list[TableEntry]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
-        groups: dict[tuple[str, str, bool], list[TableEntry]] = {}
+        groups: dict[VariantKey, list[TableEntry]] = {}
         for e in self.entries:
             groups.setdefault(e.key, []).append(e)
         for key, group in groups.items():
@@ -69,9 +74,11 @@ class TuningTable:
             bounds = [math.sqrt(a.size * b.size) for a, b in zip(group, group[1:], strict=False)]
             self._index[key] = (bounds, group)
 
-    def lookup(self, dtype: str, reduction: str, weight: bool, n: int) -> TableEntry | None:
+    def lookup(
+        self, dtype: str, reduction: str, weight: bool, n: int, pos_weight: str = "none", wrt: str = "logit"
+    ) -> TableEntry | None:
         """The entry whose size bucket holds ``n`` (None for n == 0 or an untuned variant)."""
-        found = self._index.get((dtype, reduction, weight))
+        found = self._index.get((dtype, reduction, weight, pos_weight, wrt))
         if found is None or n <= 0:
             return None
         bounds, group = found
@@ -82,11 +89,27 @@ class TuningTable:
             "schema_version": self.schema_version,
             "soc": self.soc,
             "soc_profile_hash": self.soc_profile_hash,
+            "kernel_hash": self.kernel_hash,
             "backend": self.backend,
             "created": self.created,
             "trials_per_study": self.trials_per_study,
             "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: (*e.key, e.size))],
         }
+
+
+def kernel_source_hash() -> str:
+    """Hash of the kernel sources (``kernel/op_kernel``, ``kernel/op_host``) next to this package.
+
+    Read as files, not imported: tiling_model depends on nothing else of bcetune. A table tuned
+    against other kernel sources is stale.
+    """
+    root = Path(__file__).resolve().parent.parent / "kernel"
+    digest = hashlib.sha256()
+    for sub in ("op_kernel", "op_host"):
+        for f in sorted((root / sub).rglob("*")) if (root / sub).is_dir() else []:
+            if f.is_file() and f.suffix in (".h", ".cpp", ".txt", ".sh", ".json", ".cmake"):
+                digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _require(cond: bool, where: str, problem: str) -> None:
@@ -96,11 +119,24 @@ def _require(cond: bool, where: str, problem: str) -> None:
 
 def _entry_from_json(raw: Any, where: str) -> TableEntry:
     _require(isinstance(raw, dict), where, "entry is not an object")
-    expected = {"dtype", "reduction", "weight", "size", "params", "tuned_us", "seed_default_us", "trials"}
+    expected = {
+        "dtype",
+        "reduction",
+        "weight",
+        "pos_weight",
+        "wrt",
+        "size",
+        "params",
+        "tuned_us",
+        "seed_default_us",
+        "trials",
+    }
     _require(set(raw) == expected, where, f"entry keys {sorted(raw)} differ from {sorted(expected)}")
     _require(raw["dtype"] in DTYPES, where, f"unknown dtype {raw['dtype']!r}")
     _require(raw["reduction"] in REDUCTIONS, where, f"unknown reduction {raw['reduction']!r}")
     _require(isinstance(raw["weight"], bool), where, "weight is not a boolean")
+    _require(raw["pos_weight"] in ("none", "full"), where, f"pos_weight {raw['pos_weight']!r} is not none or full")
+    _require(raw["wrt"] in ("logit", "probability"), where, f"wrt {raw['wrt']!r} is not logit or probability")
     _require(isinstance(raw["size"], int) and raw["size"] >= 1, where, "size is not a positive integer")
     params = raw["params"]
     _require(
@@ -126,7 +162,7 @@ def table_from_json(doc: Any, where: str = "table") -> TuningTable:
         where,
         f"schema_version {doc.get('schema_version')!r} is not {SCHEMA_VERSION}",
     )
-    for k in ("soc", "soc_profile_hash", "backend", "created"):
+    for k in ("soc", "soc_profile_hash", "kernel_hash", "backend", "created"):
         _require(isinstance(doc.get(k), str) and doc[k], where, f"{k} missing or not a string")
     _require(isinstance(doc.get("trials_per_study"), int), where, "trials_per_study missing or not an integer")
     _require(isinstance(doc.get("entries"), list), where, "entries missing or not a list")
@@ -134,7 +170,13 @@ def table_from_json(doc: Any, where: str = "table") -> TuningTable:
     keys = [(*e.key, e.size) for e in entries]
     _require(len(keys) == len(set(keys)), where, "duplicate entries for the same variant and size")
     return TuningTable(
-        doc["soc"], doc["soc_profile_hash"], doc["backend"], doc["created"], doc["trials_per_study"], entries
+        doc["soc"],
+        doc["soc_profile_hash"],
+        doc["kernel_hash"],
+        doc["backend"],
+        doc["created"],
+        doc["trials_per_study"],
+        entries,
     )
 
 

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
     s.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
     s.add_argument("--weights", type=_weights, default=[True, False], help="true,false (weight input present)")
+    s.add_argument("--pos-weights", type=_csv(("none", "full")), default=["none"], help="none,full")
+    s.add_argument("--wrts", type=_csv(("logit", "probability")), default=["logit"], help="logit,probability")
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
     s.add_argument("--trials", type=_positive, default=DEFAULT_TRIALS, help="completed trials per study")
     s.add_argument("--backend", default="model", choices=sorted(BACKENDS))
@@ -112,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = args.out or TABLES_DIR / f"{args.soc}.json"
-    keys = sweep_keys(args.soc, args.dtypes, args.reductions, args.weights, args.sizes)
+    keys = sweep_keys(args.soc, args.dtypes, args.reductions, args.weights, args.sizes, args.pos_weights, args.wrts)
     try:
         storage = open_storage(args.storage)
         start = time.perf_counter()

@@ -26,10 +26,12 @@ class SearchSpace:
     dtype: str
     reduction: str
     weight: bool
+    pos_weight: str = "none"
+    wrt: str = "logit"
 
     @property
     def kernel(self) -> ElementwiseKernel:
-        return bce_grad_kernel(self.dtype, self.reduction, self.weight)
+        return bce_grad_kernel(self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt)
 
     @property
     def buffer_choices(self) -> tuple[int, ...]:

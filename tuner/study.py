@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from tiling_model import compute_tiling, load_soc, predict, validate
+from tiling_model import SocProfile, TilingData, compute_tiling, load_soc, predict, validate
 from tiling_model.tables import TableEntry
 from tuner.backends import Backend
 from tuner.space import SearchSpace
@@ -27,10 +27,13 @@ class StudyKey:
     reduction: str
     weight: bool
     size: int
+    pos_weight: str = "none"
+    wrt: str = "logit"
 
     def study_name(self, backend: str) -> str:
         w = "w" if self.weight else "nw"
-        return f"bce_grad/{self.soc}/{self.dtype}/{self.reduction}/{w}/n{self.size}/{backend}"
+        variant = f"{self.wrt}/pw_{self.pos_weight}"
+        return f"bce_grad/{self.soc}/{self.dtype}/{self.reduction}/{w}/{variant}/n{self.size}/{backend}"
 
     def seed(self) -> int:
         """A fixed sampler seed per key: the same sweep gives the same table."""
@@ -49,7 +52,9 @@ def _params_of(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
 def _objective(key: StudyKey, space: SearchSpace, backend: Backend, study: optuna.Study):  # noqa: ANN202
     def objective(trial: optuna.Trial) -> float:
         params = space.suggest(trial)
-        t = compute_tiling([key.size], key.dtype, key.reduction, params, space.soc, "exact", key.weight)
+        t = compute_tiling(
+            [key.size], key.dtype, key.reduction, params, space.soc, "exact", key.weight, key.pos_weight, key.wrt
+        )
         violations = validate(t, space.soc)
         if violations:
             raise InvalidConfiguration(f"{key}: {params} -> {[v.kind for v in violations]}")
@@ -84,10 +89,18 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     return min(tied, key=order)
 
 
+def seed_default_tiling(key: StudyKey, soc: SocProfile) -> TilingData:
+    """What the requirement's code would run for this key: its own tiling and kernel where that
+    kernel computes the variant (it always reads weight), else its default knobs on our kernel."""
+    if key.pos_weight == "none" and key.wrt == "logit":
+        return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "seed", True)
+    return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "exact", key.weight, key.pos_weight, key.wrt)
+
+
 def tune(key: StudyKey, backend: Backend, storage: optuna.storages.BaseStorage | str, trials: int) -> TableEntry:
     """Run (or resume) the study of ``key`` up to ``trials`` completed trials; return its entry."""
     soc = load_soc(key.soc)
-    space = SearchSpace(soc, key.dtype, key.reduction, key.weight)
+    space = SearchSpace(soc, key.dtype, key.reduction, key.weight, key.pos_weight, key.wrt)
     study = optuna.create_study(
         study_name=key.study_name(backend.name),
         storage=storage,
@@ -103,12 +116,14 @@ def tune(key: StudyKey, backend: Backend, storage: optuna.storages.BaseStorage |
     if remaining > 0:
         study.optimize(_objective(key, space, backend, study), n_trials=remaining, catch=())
     best = best_trial(study)
-    seed_tiling = compute_tiling([key.size], key.dtype, key.reduction, None, soc, "seed", True)
+    seed_tiling = seed_default_tiling(key, soc)
     params = dict(zip(("block_bytes", "buffer_num", "tile_bytes", "core_num"), _params_of(best), strict=True))
     return TableEntry(
         dtype=key.dtype,
         reduction=key.reduction,
         weight=key.weight,
+        pos_weight=key.pos_weight,
+        wrt=key.wrt,
         size=key.size,
         params=params,
         tuned_us=round(best.value, 4),

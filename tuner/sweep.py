@@ -10,7 +10,7 @@ import optuna
 from tqdm import tqdm
 
 from tiling_model import load_soc, valid_combinations
-from tiling_model.tables import TuningTable, write_table
+from tiling_model.tables import TuningTable, kernel_source_hash, write_table
 from tuner.backends import Backend
 from tuner.study import StudyKey, tune
 
@@ -22,12 +22,26 @@ TABLES_DIR = Path(__file__).resolve().parent.parent / "service" / "tables"
 
 
 def sweep_keys(
-    soc: str, dtypes: Iterable[str], reductions: Iterable[str], weights: Iterable[bool], sizes: Iterable[int]
+    soc: str,
+    dtypes: Iterable[str],
+    reductions: Iterable[str],
+    weights: Iterable[bool],
+    sizes: Iterable[int],
+    pos_weights: Iterable[str] = ("none",),
+    wrts: Iterable[str] = ("logit",),
 ) -> list[StudyKey]:
-    """Every supported key; unsupported dtype/reduction pairs are skipped, not tuned."""
+    """Every supported key; unsupported combinations (int sum/mean, pos_weight with wrt=probability)
+    are skipped, not tuned."""
     wanted_d, wanted_r = set(dtypes), set(reductions)
     combos = [(d, r) for d, r in valid_combinations() if d in wanted_d and r in wanted_r]
-    return [StudyKey(soc, d, r, w, s) for d, r in combos for w in weights for s in sorted(set(sizes))]
+    variants = [(p, w) for w in wrts for p in pos_weights if p == "none" or w == "logit"]
+    return [
+        StudyKey(soc, d, r, w, s, p, wrt)
+        for d, r in combos
+        for p, wrt in variants
+        for w in weights
+        for s in sorted(set(sizes))
+    ]
 
 
 def run_sweep(
@@ -47,11 +61,14 @@ def run_sweep(
     entries = []
     bar = tqdm(keys, desc=f"sweep {soc.name}", unit="study", disable=not progress)
     for key in bar:
-        bar.set_postfix_str(f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/n={key.size}")
+        bar.set_postfix_str(
+            f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/{key.wrt}/pw_{key.pos_weight}/n={key.size}"
+        )
         entries.append(tune(key, backend, storage, trials))
     table = TuningTable(
         soc=soc.name,
         soc_profile_hash=soc.profile_hash,
+        kernel_hash=kernel_source_hash(),
         backend=backend.name,
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         trials_per_study=trials,
