@@ -1,7 +1,8 @@
-"""Turn a request into a tiling: the table entry when one applies, else the model's pick.
+"""Turn a request into a tiling: a table entry when one applies, else the model's pick;
+fixed knobs from the request override either.
 
-Every tiling is validated before it is returned; a table entry that fails validation is
-logged and never served.
+Every tiling is validated before it is returned. Answers are cached per distinct request
+(the response document itself), so a repeated request costs a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -10,72 +11,129 @@ import base64
 import logging
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
-from tiling_model import TilingData, compute_tiling, element_count, load_soc, predict, validate
+from service.logs import LOGGER, event
+from tiling_model import TilingData, TilingParams, compute_tiling, load_soc, predict_detail, validate
 from tiling_model.search import model_best
-from tiling_model.tables import TuningTable
+from tiling_model.tables import TuningTable, kernel_source_hash
+from tiling_model.tiling import TilingError, default_tile_bytes
 
-log = logging.getLogger("bcetune.service")
+log = logging.getLogger(LOGGER)
+PARAM_NAMES = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
+
+
+class InvalidTiling(ValueError):
+    """The knobs a request fixed give a tiling that breaks a rule; carries the violations."""
+
+    def __init__(self, message: str, violations: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.violations = violations
 
 
 @dataclass(frozen=True)
-class Resolved:
-    tiling: TilingData
-    predicted_us: float
-    source: str  # "table" or "model"
-    provenance: dict[str, object]
+class Query:
+    soc: str
+    shape: tuple[int, ...]
+    dtype: str
+    reduction: str
+    weight: bool
+    pos_weight: str
+    wrt: str
+    given: tuple[tuple[str, int], ...]
 
-    def as_response(self) -> dict[str, object]:
-        t = self.tiling
-        return {
-            "soc": t.soc,
-            "n": t.n,
-            "params": t.params.as_dict(),
-            "tiling": t.field_dict(),
-            "tiling_b64": base64.b64encode(t.to_bytes()).decode(),
-            "block_dim": t.block_dim,
-            "tiling_key": t.tiling_key,
-            "predicted_us": round(self.predicted_us, 4),
-            "source": self.source,
-            "provenance": self.provenance,
-        }
+
+def _response(t: TilingData, source: str, prov: dict[str, Any], given: tuple[tuple[str, int], ...]) -> dict:
+    d = predict_detail(t)
+    fixed = [k for k, _ in given]
+    return {
+        "soc": t.soc,
+        "n": t.n,
+        "params": t.params.as_dict(),
+        "given": fixed,
+        "tuned": [k for k in PARAM_NAMES if k not in fixed],
+        "tiling": t.field_dict(),
+        "tiling_b64": base64.b64encode(t.to_bytes()).decode(),
+        "block_dim": t.block_dim,
+        "tiling_key": t.tiling_key,
+        "predicted_us": round(d.predicted_us, 4),
+        "roofline_us": round(d.roofline_us, 4),
+        "source": source,
+        "provenance": prov,
+    }
 
 
 class TilingResolver:
     def __init__(self, tables: dict[str, TuningTable]) -> None:
         self.tables = tables
+        self.kernel_hash = kernel_source_hash()
         self.resolve = lru_cache(maxsize=65536)(self._resolve)
 
-    def _resolve(self, soc_name: str, n: int, dtype: str, reduction: str, weight: bool) -> Resolved:
-        soc = load_soc(soc_name)
-        table = self.tables.get(soc_name)
-        entry = table.lookup(dtype, reduction, weight, n) if table else None
+    def _tiling(self, q: Query, params: TilingParams) -> TilingData:
+        return compute_tiling(
+            list(q.shape), q.dtype, q.reduction, params, q.soc, "exact", q.weight, q.pos_weight, q.wrt
+        )
+
+    def _tuned(self, q: Query, n: int) -> tuple[TilingData, str, dict[str, Any]]:
+        soc = load_soc(q.soc)
+        table = self.tables.get(q.soc)
+        entry = table.lookup(q.dtype, q.reduction, q.weight, n, q.pos_weight, q.wrt) if table else None
         if table is not None and entry is not None:
-            t = compute_tiling([n], dtype, reduction, entry.tiling_params(), soc, "exact", weight)
+            t = self._tiling(q, entry.tiling_params())
             bad = validate(t, soc)
             if not bad:
                 prov = {
                     "schema_version": table.schema_version,
                     "soc_profile_hash": table.soc_profile_hash,
+                    "kernel_hash": table.kernel_hash,
                     "backend": table.backend,
                     "created": table.created,
                 }
-                return Resolved(t, predict(t, soc), "table", prov)
-            log.warning(
-                "table entry %s/%s/%s/n=%d on %s fails validation (%s); serving the model's pick",
-                dtype,
-                reduction,
-                weight,
-                entry.size,
-                soc_name,
-                "; ".join(v.message for v in bad),
+                return t, ("exact" if entry.size == n else "bucket"), prov
+            event(
+                log,
+                logging.WARNING,
+                "table entry fails validation at this size; serving the model's pick",
+                soc=q.soc,
+                entry_size=entry.size,
+                n=n,
+                violations=[v.message for v in bad],
             )
-        t = model_best(n, dtype, reduction, weight, soc) if n else compute_tiling([0], dtype, reduction, None, soc)
-        bad = validate(t, soc)
-        if bad:  # the model grid only returns validated tilings; this guards the guarantee
-            raise RuntimeError(f"model tiling failed validation: {bad}")
-        prov = {"schema_version": None, "soc_profile_hash": soc.profile_hash, "backend": "model", "created": None}
-        return Resolved(t, predict(t, soc), "model", prov)
+        prov = {
+            "schema_version": None,
+            "soc_profile_hash": soc.profile_hash,
+            "kernel_hash": self.kernel_hash,
+            "backend": "model",
+            "created": None,
+        }
+        if n == 0:
+            return self._tiling(q, TilingParams()), "model", prov
+        classes = q.shape[-1] if q.pos_weight == "last_dim" else 1
+        best = model_best(n, q.dtype, q.reduction, q.weight, soc, q.pos_weight, q.wrt, classes)
+        return self._tiling(q, TilingParams(**best.params.as_dict())), "model", prov
 
-    def resolve_shape(self, shape: list[int], dtype: str, reduction: str, soc: str, weight: bool) -> Resolved:
-        return self.resolve(soc, element_count(shape), dtype, reduction, weight)
+    def _resolve(self, q: Query) -> dict[str, Any]:
+        n = 1
+        for d in q.shape:
+            n *= d
+        tuned, source, prov = self._tuned(q, n)
+        if not q.given:
+            return _response(tuned, source, prov, q.given)
+        merged = tuned.params.as_dict() | dict(q.given)
+        soc = load_soc(q.soc)
+        try:
+            t = self._tiling(q, TilingParams(**merged))
+            bad = validate(t, soc)
+            if bad and "tile_bytes" not in dict(q.given):
+                # the tuned tile may not fit the buffers asked for: take the largest whole-block tile that does
+                merged["tile_bytes"] = default_tile_bytes(t.kernel, soc, merged["block_bytes"], merged["buffer_num"])
+                t = self._tiling(q, TilingParams(**merged))
+                bad = validate(t, soc)
+        except TilingError as e:
+            raise InvalidTiling(str(e), []) from None
+        if bad:
+            raise InvalidTiling(
+                "the requested knobs give a tiling that breaks: " + "; ".join(v.message for v in bad),
+                [v.as_dict() for v in bad],
+            )
+        return _response(t, source, prov, q.given)

@@ -1,14 +1,14 @@
-"""The HTTP contract: pydantic models for requests and responses.
+"""The HTTP contract: pydantic models for requests, responses and errors.
 
 Every rule a request can break is checked here, so routes never see bad input and each
-422 names the field and the rule.
+422 names the field (``loc``) and the rule (``msg``).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tiling_model import known_socs
 from tiling_model.dtypes import INT_DTYPES
@@ -16,25 +16,47 @@ from tiling_model.dtypes import INT_DTYPES
 MAX_DIMS = 8
 MAX_DIM = 2**31 - 1
 INT64_MAX = 2**63 - 1
-DEFAULT_SOC = "Ascend910B2"
+PARAM_MAX = 2**31 - 1
 
 DtypeName = Literal["float32", "float16", "bfloat16", "int32", "int16"]
 ReductionName = Literal["none", "sum", "mean"]
+PosWeightName = Literal["none", "full", "last_dim"]
+WrtName = Literal["logit", "probability"]
+
+
+class ParamsIn(BaseModel):
+    """Any subset of the four knobs; the service completes the rest."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"buffer_num": 2, "tile_bytes": 8192}]})
+
+    block_bytes: int | None = Field(None, ge=32, le=PARAM_MAX, description="core-split granularity, multiple of 32")
+    buffer_num: int | None = Field(None, ge=1, le=4, description="buffers per queue")
+    tile_bytes: int | None = Field(None, ge=32, le=PARAM_MAX, description="bytes per tile per stream")
+    core_num: int | None = Field(None, ge=1, le=4096, description="vector cores to use")
+
+    def given(self) -> tuple[tuple[str, int], ...]:
+        return tuple((k, v) for k, v in self.model_dump().items() if v is not None)
 
 
 class TilingRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"}]},
+        json_schema_extra={
+            "examples": [
+                {"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"},
+                {"shape": [64, 1000], "dtype": "float32", "pos_weight": "last_dim", "params": {"buffer_num": 1}},
+            ]
+        },
     )
 
-    shape: list[int] = Field(
-        max_length=MAX_DIMS, description=f"tensor dims, each 0..{MAX_DIM}; at most {MAX_DIMS} dims"
-    )
+    shape: list[int] = Field(max_length=MAX_DIMS, description=f"dims, each 0..{MAX_DIM}; at most {MAX_DIMS}")
     dtype: DtypeName
     reduction: ReductionName = "none"
-    soc: str = Field(DEFAULT_SOC, description="target SoC, one of GET /socs")
+    soc: str | None = Field(None, description="target SoC (GET /socs); default: the service's default SoC")
     weight: bool = Field(True, description="the optional weight input is present")
+    pos_weight: PosWeightName = Field("none", description="absent, same shape, or [C] along the last dim")
+    wrt: WrtName = Field("logit", description="gradient w.r.t. the raw logit or the probability p")
+    params: ParamsIn | None = Field(None, description="knobs to fix; the others are tuned")
 
     @field_validator("shape")
     @classmethod
@@ -52,8 +74,8 @@ class TilingRequest(BaseModel):
 
     @field_validator("soc")
     @classmethod
-    def _soc(cls, soc: str) -> str:
-        if soc not in known_socs():
+    def _soc(cls, soc: str | None) -> str | None:
+        if soc is not None and soc not in known_socs():
             raise ValueError(f"unknown SoC {soc!r}; known: {', '.join(known_socs())}")
         return soc
 
@@ -65,6 +87,24 @@ class TilingRequest(BaseModel):
             raise ValueError(f"dtype {dtype} supports reduction 'none' only, not {reduction!r}")
         return reduction
 
+    @field_validator("wrt")
+    @classmethod
+    def _pos_weight_logit_only(cls, wrt: str, info: ValidationInfo) -> str:
+        if wrt == "probability" and info.data.get("pos_weight", "none") != "none":
+            raise ValueError("pos_weight applies to wrt='logit' only")
+        return wrt
+
+    @model_validator(mode="after")
+    def _last_dim_needs_a_dim(self) -> TilingRequest:
+        if self.pos_weight == "last_dim" and not self.shape:
+            raise ValueError("pos_weight='last_dim' needs a shape with at least one dim")
+        return self
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    requests: list[TilingRequest] = Field(min_length=1, description="bounded by the service's max batch")
+
 
 class Params(BaseModel):
     block_bytes: int
@@ -74,10 +114,11 @@ class Params(BaseModel):
 
 
 class Provenance(BaseModel):
-    schema_version: int | None = None
+    schema_version: int | None
     soc_profile_hash: str
+    kernel_hash: str | None
     backend: str
-    created: str | None = None
+    created: str | None
 
 
 class TilingResponse(BaseModel):
@@ -87,14 +128,23 @@ class TilingResponse(BaseModel):
                 {
                     "soc": "Ascend910B2",
                     "n": 1048576,
-                    "params": {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 11264, "core_num": 24},
-                    "tiling": {"totalLength": 1048576, "...": "..."},
-                    "tiling_b64": "AAAQAAAAAAA...",
-                    "block_dim": 24,
+                    "params": {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 15360, "core_num": 48},
+                    "given": [],
+                    "tuned": ["block_bytes", "buffer_num", "tile_bytes", "core_num"],
+                    "tiling": {"totalLength": 1048576, "smallCoreDataNum": 21760},
+                    "tiling_b64": "AAAQAAAAAAA=",
+                    "block_dim": 48,
                     "tiling_key": 2111,
-                    "predicted_us": 8.07,
-                    "source": "table",
-                    "provenance": {"schema_version": 1, "soc_profile_hash": "5ba004dfa686e29c", "backend": "model"},
+                    "predicted_us": 9.17,
+                    "roofline_us": 8.4,
+                    "source": "exact",
+                    "provenance": {
+                        "schema_version": 2,
+                        "soc_profile_hash": "edca2f970088be7f",
+                        "kernel_hash": "3f1c0a",
+                        "backend": "model",
+                        "created": "2026-11-30T11:20:00+00:00",
+                    },
                 }
             ]
         }
@@ -103,10 +153,69 @@ class TilingResponse(BaseModel):
     soc: str
     n: int = Field(description="element count")
     params: Params
+    given: list[str] = Field(description="knobs the request fixed")
+    tuned: list[str] = Field(description="knobs the service chose")
     tiling: dict[str, int] = Field(description="tiling struct fields, in struct order")
     tiling_b64: str = Field(description="base64 of the exact bytes the kernel reads")
     block_dim: int
     tiling_key: int
     predicted_us: float
-    source: Literal["table", "model"]
+    roofline_us: float
+    source: Literal["exact", "bucket", "model"]
     provenance: Provenance
+
+
+class BatchResponse(BaseModel):
+    responses: list[TilingResponse]
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+    violations: list[dict[str, Any]] | None = None
+
+
+class ErrorResponse(BaseModel):
+    detail: list[ErrorItem]
+
+
+class SocInfo(BaseModel):
+    name: str
+    family: str
+    aiv_cores: int
+    ub_bytes: int
+    ub_usable_bytes: int
+    clock_mhz: float
+    hbm_gbps: float
+    hbm_peak_gbps: float
+    l2_bytes: int
+    launch_us: float
+    profile_hash: str
+    calibrated: bool
+
+
+class TableInfo(BaseModel):
+    soc: str
+    path: str
+    schema_version: int
+    backend: str
+    created: str
+    entries: int
+    invalid_entries: int
+    soc_profile_hash: str
+    kernel_hash: str
+    stale: bool
+    stale_reasons: list[str]
+
+
+class TablesResponse(BaseModel):
+    tables: list[TableInfo]
+    reloads: int
+    last_reload_error: str | None
+
+
+class ReadyResponse(BaseModel):
+    ready: bool
+    tables: int
+    socs: list[str]

@@ -1,0 +1,70 @@
+"""Service settings: flags set them, environment variables (BCETUNE_*) carry them to workers."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tiling_model import known_socs
+
+SHIPPED_TABLES = Path(__file__).resolve().parent / "tables"
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    tables_dir: Path = SHIPPED_TABLES
+    default_soc: str = "Ascend910B2"
+    log_level: str = "info"
+    reload_interval_s: float = 2.0  # poll the tables directory for changes; 0 disables (SIGHUP still works)
+    max_body_bytes: int = 65536
+    max_batch: int = 256
+    bench_endpoints: bool = False  # a trivial POST for the load benchmark's baseline
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        d = cls()
+        s = cls(
+            host=env.get("BCETUNE_HOST", d.host),
+            port=int(env.get("BCETUNE_PORT", d.port)),
+            workers=int(env.get("BCETUNE_WORKERS", d.workers)),
+            tables_dir=Path(env.get("BCETUNE_TABLES") or d.tables_dir),
+            default_soc=env.get("BCETUNE_DEFAULT_SOC", d.default_soc),
+            log_level=env.get("BCETUNE_LOG_LEVEL", d.log_level),
+            reload_interval_s=float(env.get("BCETUNE_RELOAD_INTERVAL", d.reload_interval_s)),
+            max_body_bytes=int(env.get("BCETUNE_MAX_BODY", d.max_body_bytes)),
+            max_batch=int(env.get("BCETUNE_MAX_BATCH", d.max_batch)),
+            bench_endpoints=env.get("BCETUNE_BENCH_ENDPOINTS", "") in ("1", "true"),
+        )
+        s.check()
+        return s
+
+    def to_env(self) -> dict[str, str]:
+        return {
+            "BCETUNE_HOST": self.host,
+            "BCETUNE_PORT": str(self.port),
+            "BCETUNE_WORKERS": str(self.workers),
+            "BCETUNE_TABLES": str(self.tables_dir),
+            "BCETUNE_DEFAULT_SOC": self.default_soc,
+            "BCETUNE_LOG_LEVEL": self.log_level,
+            "BCETUNE_RELOAD_INTERVAL": str(self.reload_interval_s),
+            "BCETUNE_MAX_BODY": str(self.max_body_bytes),
+            "BCETUNE_MAX_BATCH": str(self.max_batch),
+            "BCETUNE_BENCH_ENDPOINTS": "1" if self.bench_endpoints else "",
+        }
+
+    def check(self) -> None:
+        if self.default_soc not in known_socs():
+            raise ValueError(f"default SoC {self.default_soc!r} unknown; known: {', '.join(known_socs())}")
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"port {self.port} out of range 1..65535")
+        if self.workers < 1:
+            raise ValueError("workers must be at least 1")
+        if self.max_body_bytes < 1024 or self.max_batch < 1 or self.reload_interval_s < 0:
+            raise ValueError("max body must be >= 1024 B, max batch >= 1, reload interval >= 0")
+        if self.log_level not in ("critical", "error", "warning", "info", "debug"):
+            raise ValueError(f"log level {self.log_level!r} is not one of critical, error, warning, info, debug")

@@ -1,0 +1,142 @@
+"""The tables the service serves, loaded whole, checked, and swapped atomically on reload.
+
+A snapshot (tables + the resolver built on them) is replaced in one assignment, so a request
+sees either the old tables or the new ones, never a mix. A reload that fails (a corrupt file,
+a schema error) leaves the old snapshot serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from service.logs import LOGGER, event
+from service.resolver import TilingResolver
+from tiling_model import compute_tiling, known_socs, load_soc, validate
+from tiling_model.tables import TableError, TuningTable, kernel_source_hash, load_table
+
+log = logging.getLogger(LOGGER)
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    table: TuningTable
+    path: Path
+    invalid: tuple[str, ...]  # entries dropped because their tiling fails validation
+
+    def stale_reasons(self) -> list[str]:
+        reasons = []
+        if self.table.soc_profile_hash != load_soc(self.table.soc).profile_hash:
+            reasons.append("SoC profile changed since tuning")
+        if self.table.kernel_hash != kernel_source_hash():
+            reasons.append("kernel sources changed since tuning")
+        return reasons
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    tables: dict[str, LoadedTable]
+    resolver: TilingResolver
+    signature: tuple[tuple[str, int, int], ...]  # (name, size, mtime_ns) of each table file
+
+
+def _signature(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for p in sorted(directory.glob("*.json")):
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        out.append((p.name, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _checked(table: TuningTable, path: Path) -> LoadedTable:
+    """Drop (and log) every entry whose tiling fails validation at its tuned size."""
+    soc = load_soc(table.soc)
+    keep, invalid = [], []
+    for e in table.entries:
+        t = compute_tiling(
+            [e.size], e.dtype, e.reduction, e.tiling_params(), soc, "exact", e.weight, e.pos_weight, e.wrt
+        )
+        bad = validate(t, soc)
+        if bad:
+            desc = f"{e.dtype}/{e.reduction}/w={e.weight}/{e.wrt}/pw={e.pos_weight}/n={e.size}"
+            invalid.append(desc)
+            event(
+                log,
+                logging.WARNING,
+                "table entry fails validation; it will not be served",
+                table=str(path),
+                entry=desc,
+                violations=[v.message for v in bad],
+            )
+        else:
+            keep.append(e)
+    return LoadedTable(replace(table, entries=tuple(keep)), path, tuple(invalid))
+
+
+def load_snapshot(directory: Path) -> Snapshot:
+    """Every ``<SoC>.json`` in ``directory``; any unusable file raises TableError naming it."""
+    if not directory.is_dir():
+        raise TableError(f"{directory}: tables directory does not exist")
+    signature = _signature(directory)
+    tables: dict[str, LoadedTable] = {}
+    for path in sorted(directory.glob("*.json")):
+        if path.stem not in known_socs():
+            raise TableError(f"{path}: file name is not a known SoC ({', '.join(known_socs())})")
+        table = load_table(path)
+        if table.soc != path.stem:
+            raise TableError(f"{path}: holds SoC {table.soc!r}, but the file is named for {path.stem!r}")
+        tables[table.soc] = _checked(table, path)
+    return Snapshot(tables, TilingResolver({s: lt.table for s, lt in tables.items()}), signature)
+
+
+@dataclass
+class TableStore:
+    directory: Path
+    snapshot: Snapshot = field(init=False)
+    reloads: int = 0
+    failed_reloads: int = 0
+    last_error: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.snapshot = load_snapshot(self.directory)  # start-up: a bad table is fatal
+        for soc, lt in self.snapshot.tables.items():
+            if lt.stale_reasons():
+                event(log, logging.WARNING, "table is stale", soc=soc, reasons=lt.stale_reasons())
+
+    def changed(self) -> bool:
+        return _signature(self.directory) != self.snapshot.signature
+
+    def reload(self, reason: str) -> bool:
+        """Load the directory anew; swap it in if every file is good, else keep serving the old."""
+        with self._lock:
+            try:
+                new = load_snapshot(self.directory)
+            except (TableError, OSError) as e:
+                self.failed_reloads += 1
+                self.last_error = str(e)
+                event(
+                    log,
+                    logging.ERROR,
+                    "table reload refused; still serving the previous tables",
+                    reason=reason,
+                    error=str(e),
+                )
+                return False
+            self.snapshot = new
+            self.reloads += 1
+            self.last_error = None
+            event(
+                log,
+                logging.INFO,
+                "tables reloaded",
+                reason=reason,
+                socs=sorted(new.tables),
+                entries=sum(len(t.table.entries) for t in new.tables.values()),
+            )
+            return True
