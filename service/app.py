@@ -9,9 +9,11 @@ import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI
-from fastapi.responses import ORJSONResponse, PlainTextResponse
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import logs
 from service.config import Settings
@@ -37,9 +39,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _invalid(loc: list[str | int], e: InvalidTiling) -> ORJSONResponse:
+def JSONBytes(content: Any, status_code: int = 200) -> Response:  # noqa: N802
+    """A JSON response serialised by orjson (the cached answers are plain dicts)."""
+    return Response(orjson.dumps(content), status_code=status_code, media_type="application/json")
+
+
+def _invalid(loc: list[str | int], e: InvalidTiling) -> Response:
     item = {"loc": loc, "msg": str(e), "type": "invalid_tiling", "violations": e.violations}
-    return ORJSONResponse({"detail": [item]}, status_code=422)
+    return JSONBytes({"detail": [item]}, status_code=422)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -85,7 +92,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="bcetune",
         version="0.2.0",
         description="Tuned tilings for the Ascend C BinaryCrossEntropyGrad kernel on Ascend A2 NPUs.",
-        default_response_class=ORJSONResponse,
         lifespan=lifespan,
     )
     app.state.store = store
@@ -114,7 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def tiling(req: TilingRequest) -> Any:
         """Tiling for one call: tuned (from the table or the cost model), with any knobs the request fixes."""
         try:
-            return ORJSONResponse(answer(req))
+            return JSONBytes(answer(req))
         except InvalidTiling as e:
             return _invalid(["body", "params"], e)
 
@@ -127,14 +133,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "type": "too_long",
                 "msg": f"{len(batch.requests)} requests; at most {settings.max_batch} per batch",
             }
-            return ORJSONResponse({"detail": [item]}, status_code=422)
+            return JSONBytes({"detail": [item]}, status_code=422)
         out = []
         for i, req in enumerate(batch.requests):
             try:
                 out.append(answer(req))
             except InvalidTiling as e:
                 return _invalid(["body", "requests", i, "params"], e)
-        return ORJSONResponse({"responses": out})
+        return JSONBytes({"responses": out})
 
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
@@ -146,7 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Tables loaded and checked (the service never starts without them)."""
         snap = store.snapshot
         doc = {"ready": snap is not None, "tables": len(snap.tables), "socs": sorted(snap.tables)}
-        return ORJSONResponse(doc, status_code=200 if doc["ready"] else 503)
+        return JSONBytes(doc, status_code=200 if doc["ready"] else 503)
 
     @app.get("/socs", response_model=list[SocInfo])
     def socs() -> Any:
@@ -170,7 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     "calibrated": p.calibration is not None,
                 }
             )
-        return ORJSONResponse(out)
+        return JSONBytes(out)
 
     @app.get("/tables", response_model=TablesResponse)
     def tables() -> Any:
@@ -194,7 +200,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     "stale_reasons": reasons,
                 }
             )
-        return ORJSONResponse({"tables": out, "reloads": store.reloads, "last_reload_error": store.last_error})
+        return JSONBytes({"tables": out, "reloads": store.reloads, "last_reload_error": store.last_error})
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def prometheus() -> Any:
@@ -206,7 +212,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         @app.post("/bench/trivial", include_in_schema=False)
         def trivial(req: TilingRequest) -> Any:
             """The load benchmark's baseline: validated like /tiling, no tiling work."""
-            return ORJSONResponse({"ok": True, "dims": len(req.shape)})
+            return JSONBytes({"ok": True, "dims": len(req.shape)})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, e: StarletteHTTPException) -> Response:
+        if e.status_code == 400:  # FastAPI's "error parsing the body" (e.g. not UTF-8): a 422 like other bad bodies
+            item = {"loc": ["body"], "msg": f"the body cannot be parsed as JSON: {e.detail}", "type": "json_invalid"}
+            return JSONBytes({"detail": [item]}, status_code=422)
+        response = JSONBytes({"detail": e.detail}, status_code=e.status_code)
+        response.headers.update(e.headers or {})  # e.g. Allow on a 405
+        return response
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

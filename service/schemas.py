@@ -10,13 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from tiling_model import known_socs
+from tiling_model import known_socs, load_soc
 from tiling_model.dtypes import INT_DTYPES
 
 MAX_DIMS = 8
 MAX_DIM = 2**31 - 1
 INT64_MAX = 2**63 - 1
 PARAM_MAX = 2**31 - 1
+MAX_CORES = max(load_soc(s).aiv_cores for s in known_socs())
+MAX_UB = max(load_soc(s).ub_bytes for s in known_socs())
 
 DtypeName = Literal["float32", "float16", "bfloat16", "int32", "int16"]
 ReductionName = Literal["none", "sum", "mean"]
@@ -27,12 +29,14 @@ WrtName = Literal["logit", "probability"]
 class ParamsIn(BaseModel):
     """Any subset of the four knobs; the service completes the rest."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"buffer_num": 2, "tile_bytes": 8192}]})
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"buffer_num": 2, "tile_bytes": 8192}]}
+    )
 
     block_bytes: int | None = Field(None, ge=32, le=PARAM_MAX, description="core-split granularity, multiple of 32")
     buffer_num: int | None = Field(None, ge=1, le=4, description="buffers per queue")
-    tile_bytes: int | None = Field(None, ge=32, le=PARAM_MAX, description="bytes per tile per stream")
-    core_num: int | None = Field(None, ge=1, le=4096, description="vector cores to use")
+    tile_bytes: int | None = Field(None, ge=32, le=MAX_UB, description="bytes per tile per stream")
+    core_num: int | None = Field(None, ge=1, le=MAX_CORES, description="vector cores to use")
 
     def given(self) -> tuple[tuple[str, int], ...]:
         return tuple((k, v) for k, v in self.model_dump().items() if v is not None)
@@ -41,6 +45,7 @@ class ParamsIn(BaseModel):
 class TilingRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         json_schema_extra={
             "examples": [
                 {"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"},
@@ -102,7 +107,7 @@ class TilingRequest(BaseModel):
 
 
 class BatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     requests: list[TilingRequest] = Field(min_length=1, description="bounded by the service's max batch")
 
 
