@@ -205,7 +205,7 @@ def test_batch_answers_in_order_like_single_requests(server: Server) -> None:
     assert r.status_code == 200, r.text
     assert r.json()["responses"] == [post(server, q).json() for q in reqs]
     bad = server.post(
-        "/tiling/batch", {"requests": [reqs[0], {"shape": [8], "dtype": "float32", "params": {"tile_bytes": 1 << 20}}]}
+        "/tiling/batch", {"requests": [reqs[0], {"shape": [8], "dtype": "float32", "params": {"tile_bytes": 65536}}]}
     )
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "requests", 1, "params"]
     too_many = server.post("/tiling/batch", {"requests": [reqs[1]] * 257})
