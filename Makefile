@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep bench-model clean
+.PHONY: run test lint sweep bench-model bench-service soak-service clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,16 @@ sweep: $(STAMP)
 # Cost-model speed (single prediction, whole-space scoring): a benchmark, not a test.
 bench-model: $(STAMP)
 	$(PY) benchmarks/model_speed.py
+
+# Service load benchmark (wrk from Debian's packages): throughput and latency, side by side with a trivial POST.
+bench-service: $(STAMP)
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(PY) benchmarks/service_load.py
+
+# Minutes of load while the tables are rewritten and reloaded: no failed request, no wrong answer.
+soak-service: $(STAMP)
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(PY) benchmarks/service_soak.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -101,6 +101,7 @@ class TableStore:
     reloads: int = 0
     failed_reloads: int = 0
     last_error: str | None = None
+    _refused_signature: tuple | None = None  # the directory state last refused: not retried until it changes
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -110,14 +111,17 @@ class TableStore:
                 event(log, logging.WARNING, "table is stale", soc=soc, reasons=lt.stale_reasons())
 
     def changed(self) -> bool:
-        return _signature(self.directory) != self.snapshot.signature
+        sig = _signature(self.directory)
+        return sig != self.snapshot.signature and sig != self._refused_signature
 
     def reload(self, reason: str) -> bool:
         """Load the directory anew; swap it in if every file is good, else keep serving the old."""
         with self._lock:
+            signature = _signature(self.directory)
             try:
                 new = load_snapshot(self.directory)
             except (TableError, OSError) as e:
+                self._refused_signature = signature
                 self.failed_reloads += 1
                 self.last_error = str(e)
                 event(
@@ -131,6 +135,7 @@ class TableStore:
             self.snapshot = new
             self.reloads += 1
             self.last_error = None
+            self._refused_signature = None
             event(
                 log,
                 logging.INFO,
