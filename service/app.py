@@ -111,21 +111,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             given,
         )
 
-    def answer(req: TilingRequest) -> dict[str, Any]:
-        doc = store.snapshot.resolver.resolve(query(req))
+    async def answer(req: TilingRequest) -> dict[str, Any]:
+        resolver = store.snapshot.resolver
+        q = query(req)
+        doc = resolver.cached(q)
+        if doc is None:  # new request: compute off the event loop
+            doc = await asyncio.to_thread(resolver.resolve, q)
         metrics.sources.labels(doc["source"]).inc()
         return doc
 
     @app.post("/tiling", response_model=TilingResponse, responses=ERRORS)
-    def tiling(req: TilingRequest) -> Any:
+    async def tiling(req: TilingRequest) -> Any:
         """Tiling for one call: tuned (from the table or the cost model), with any knobs the request fixes."""
         try:
-            return JSONBytes(answer(req))
+            return JSONBytes(await answer(req))
         except InvalidTiling as e:
             return _invalid(["body", "params"], e)
 
     @app.post("/tiling/batch", response_model=BatchResponse, responses=ERRORS)
-    def tiling_batch(batch: BatchRequest) -> Any:
+    async def tiling_batch(batch: BatchRequest) -> Any:
         """Up to the service's max batch of /tiling requests in one call, answered in order."""
         if len(batch.requests) > settings.max_batch:
             item = {
@@ -137,25 +141,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         out = []
         for i, req in enumerate(batch.requests):
             try:
-                out.append(answer(req))
+                out.append(await answer(req))
             except InvalidTiling as e:
                 return _invalid(["body", "requests", i, "params"], e)
         return JSONBytes({"responses": out})
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         """The process is up."""
         return {"status": "ok"}
 
     @app.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
-    def readyz() -> Any:
+    async def readyz() -> Any:
         """Tables loaded and checked (the service never starts without them)."""
         snap = store.snapshot
         doc = {"ready": snap is not None, "tables": len(snap.tables), "socs": sorted(snap.tables)}
         return JSONBytes(doc, status_code=200 if doc["ready"] else 503)
 
     @app.get("/socs", response_model=list[SocInfo])
-    def socs() -> Any:
+    async def socs() -> Any:
         """The SoC profiles the service knows."""
         out = []
         for name in known_socs():
@@ -179,7 +183,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONBytes(out)
 
     @app.get("/tables", response_model=TablesResponse)
-    def tables() -> Any:
+    async def tables() -> Any:
         """Per SoC: provenance, entry counts and staleness against the running code."""
         out = []
         for soc, lt in sorted(store.snapshot.tables.items()):
@@ -203,14 +207,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONBytes({"tables": out, "reloads": store.reloads, "last_reload_error": store.last_error})
 
     @app.get("/metrics", response_class=PlainTextResponse)
-    def prometheus() -> Any:
+    async def prometheus() -> Any:
         """Prometheus text format."""
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     if settings.bench_endpoints:
 
         @app.post("/bench/trivial", include_in_schema=False)
-        def trivial(req: TilingRequest) -> Any:
+        async def trivial(req: TilingRequest) -> Any:
             """The load benchmark's baseline: validated like /tiling, no tiling work."""
             return JSONBytes({"ok": True, "dims": len(req.shape)})
 
