@@ -107,11 +107,28 @@ class TilingRequest(BaseModel):
 
 
 class BatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "requests": [
+                        {"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"},
+                        {"shape": [7, 9], "dtype": "int16"},
+                    ]
+                }
+            ]
+        },
+    )
     requests: list[TilingRequest] = Field(min_length=1, description="bounded by the service's max batch")
 
 
 class Params(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"block_bytes": 512, "buffer_num": 2, "tile_bytes": 15360, "core_num": 48}]}
+    )
+
     block_bytes: int
     buffer_num: int
     tile_bytes: int
@@ -119,6 +136,20 @@ class Params(BaseModel):
 
 
 class Provenance(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "schema_version": 2,
+                    "soc_profile_hash": "6b1e90a373c3c4eb",
+                    "kernel_hash": "73dee1abc53fedf2",
+                    "backend": "model",
+                    "created": "2026-11-30T11:26:35+00:00",
+                }
+            ]
+        }
+    )
+
     schema_version: int | None
     soc_profile_hash: str
     kernel_hash: str | None
@@ -171,10 +202,18 @@ class TilingResponse(BaseModel):
 
 
 class BatchResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"responses": ["<TilingResponse>", "..."]}]})
+
     responses: list[TilingResponse]
 
 
 class ErrorItem(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"loc": ["body", "shape"], "msg": "dimension 1 is negative (-1)", "type": "value_error"}]
+        }
+    )
+
     loc: list[str | int]
     msg: str
     type: str
@@ -182,10 +221,48 @@ class ErrorItem(BaseModel):
 
 
 class ErrorResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "detail": [
+                        {
+                            "loc": ["body", "params"],
+                            "type": "invalid_tiling",
+                            "msg": "the requested knobs give a tiling that breaks: ...",
+                            "violations": [{"kind": "ub_overflow", "message": "...", "count": 6400}],
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
     detail: list[ErrorItem]
 
 
 class SocInfo(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "Ascend910B2",
+                    "family": "Ascend910B",
+                    "aiv_cores": 48,
+                    "ub_bytes": 196608,
+                    "ub_usable_bytes": 188160,
+                    "clock_mhz": 1800,
+                    "hbm_gbps": 1263.4,
+                    "hbm_peak_gbps": 1382.4,
+                    "l2_bytes": 201326592,
+                    "launch_us": 2.78,
+                    "profile_hash": "6b1e90a373c3c4eb",
+                    "calibrated": True,
+                }
+            ]
+        }
+    )
+
     name: str
     family: str
     aiv_cores: int
@@ -201,6 +278,26 @@ class SocInfo(BaseModel):
 
 
 class TableInfo(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "soc": "Ascend910B2",
+                    "path": "service/tables/Ascend910B2.json",
+                    "schema_version": 2,
+                    "backend": "model",
+                    "created": "2026-11-30T11:26:35",
+                    "entries": 242,
+                    "invalid_entries": 0,
+                    "soc_profile_hash": "6b1e90a373c3c4eb",
+                    "kernel_hash": "73dee1abc53fedf2",
+                    "stale": False,
+                    "stale_reasons": [],
+                }
+            ]
+        }
+    )
+
     soc: str
     path: str
     schema_version: int
@@ -215,12 +312,18 @@ class TableInfo(BaseModel):
 
 
 class TablesResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"tables": ["<TableInfo>"], "reloads": 3, "last_reload_error": None}]}
+    )
+
     tables: list[TableInfo]
     reloads: int
     last_reload_error: str | None
 
 
 class ReadyResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ready": True, "tables": 5, "socs": ["Ascend910B2"]}]})
+
     ready: bool
     tables: int
     socs: list[str]
