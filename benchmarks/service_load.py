@@ -39,6 +39,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_server(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """Start ``python -m service`` on a free port and wait until /healthz answers."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service", "--port", str(port), "--log-level", "warning", *args], env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return server, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    server.terminate()
+    raise RuntimeError("service did not come up")
+
+
 def lua_script(bodies: list[str]) -> str:
     items = ",\n".join("  [[" + b + "]]" for b in bodies)
     return f"""
@@ -96,25 +113,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=1)
     a = ap.parse_args()
-    port = free_port()
-    env = dict(os.environ, BCETUNE_BENCH_ENDPOINTS="1")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), "--workers", str(a.workers), "--log-level", "warning"],
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_server(["--workers", str(a.workers)], dict(os.environ, BCETUNE_BENCH_ENDPOINTS="1"))
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         bodies = [json.dumps({"shape": s, "dtype": d, "reduction": r}) for s, d, r in SHAPES]
         for b in bodies:  # every distinct request answered once: the benchmark measures the serving path
-            assert (
-                httpx.post(url + "/tiling", content=b, headers={"content-type": "application/json"}).status_code == 200
-            )
+            r = httpx.post(url + "/tiling", content=b, headers={"content-type": "application/json"})
+            assert r.status_code == 200, r.text
         with tempfile.TemporaryDirectory() as tmp:
             script = Path(tmp) / "mix.lua"
             script.write_text(lua_script(bodies))

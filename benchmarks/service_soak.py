@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_load import SHAPES, free_port, lua_script, parse  # noqa: E402
+from service_load import SHAPES, lua_script, parse, start_server  # noqa: E402
 
 from tiling_model import TilingParams, compute_tiling, load_soc, validate  # noqa: E402
 from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table  # noqa: E402
@@ -59,30 +59,8 @@ def main() -> int:
         tables = Path(tmp) / "tables"
         path = tables / "Ascend910B2.json"
         write_table(table(VERSIONS[0]), path)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "service",
-                "--port",
-                str(port),
-                "--tables",
-                str(tables),
-                "--reload-interval",
-                "0.2",
-                "--log-level",
-                "warning",
-            ]
-        )
+        server, url = start_server(["--tables", str(tables), "--reload-interval", "0.2"])
         try:
-            for _ in range(300):
-                try:
-                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
             bodies = [json.dumps({"shape": s, "dtype": d, "reduction": r}) for s, d, r in SHAPES]
             script = Path(tmp) / "mix.lua"
             script.write_text(lua_script(bodies))

@@ -8,23 +8,13 @@ import sys
 from pathlib import Path
 
 from tiling_model.calibrate import NAMED_KERNELS, CalibrationError, calibrate, read_csv, read_jsonl
-from tiling_model.cliutil import knob_flags, parse_shape, variant_flags
+from tiling_model.cliutil import knob_flags, parse_shape, positive_int, variant_flags
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError, check_combination
 from tiling_model.kernels import VECTOR_OPS, bce_grad_kernel, elementwise_kernel
 from tiling_model.soc import UnknownSocError, known_socs, load_soc, profile_to_json
 from tiling_model.space import score_space
 from tiling_model.tiling import SCHEMES, TilingError, TilingParams, element_count, tile_kernel, tiling_key
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
 
 
 def _ops(text: str) -> list[str]:
@@ -41,8 +31,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernel", choices=("bce_grad", "elementwise", *NAMED_KERNELS), default="bce_grad")
     p.add_argument("--dtype", required=True, choices=DTYPES)
     p.add_argument("--shape", type=parse_shape, required=True)
-    p.add_argument("--inputs", type=_positive, help="elementwise: full input streams")
-    p.add_argument("--outputs", type=_positive, help="elementwise: output streams")
+    p.add_argument("--inputs", type=positive_int, help="elementwise: full input streams")
+    p.add_argument("--outputs", type=positive_int, help="elementwise: output streams")
     p.add_argument("--ops", type=_ops, help="elementwise: vector ops per tile, e.g. sub,mul,exp")
     p.add_argument("--reduction", default="none", choices=REDUCTIONS)
     variant_flags(p)

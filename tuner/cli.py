@@ -11,15 +11,11 @@ from pathlib import Path
 import optuna
 
 from tiling_model import DTYPES, REDUCTIONS, known_socs
+from tiling_model.cliutil import Parser, positive_int
 from tiling_model.tables import TableError, load_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, run_sweep, sweep_keys
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _csv(choices: Sequence[str]) -> Callable[[str], list[str]]:
@@ -47,19 +43,9 @@ def _weights(text: str) -> list[bool]:
     return [x == "true" for x in _csv(("true", "false"))(text)]
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m tuner", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = Parser(prog="python -m tuner", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     s = sub.add_parser("sweep", help="tune every (dtype, reduction, weight, size) key of one SoC")
     s.add_argument("--soc", required=True, choices=known_socs())
     s.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
@@ -68,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pos-weights", type=_csv(("none", "full")), default=["none"], help="none,full")
     s.add_argument("--wrts", type=_csv(("logit", "probability")), default=["logit"], help="logit,probability")
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
-    s.add_argument("--trials", type=_positive, default=DEFAULT_TRIALS, help="completed trials per study")
+    s.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, help="completed trials per study")
     s.add_argument("--backend", default="model", choices=sorted(BACKENDS))
     s.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file by default)")
     s.add_argument("--out", type=Path, help="table path (default: the shipped service/tables/<SOC>.json)")
