@@ -1,0 +1,147 @@
+"""The C++ host tiling core (kernel/op_host) computes exactly what tiling_model computes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiling_model import TilingError, TilingParams, UnsupportedError, compute_tiling, known_socs, load_soc
+from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
+from tiling_model.kernels import POS_WEIGHT_FORMS, WRT_FORMS
+
+ROOT = Path(__file__).resolve().parents[1]
+DTYPES = list(DTYPE_ID)
+REDUCTIONS = list(REDUCTION_ID)
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ not installed")
+    exe = tmp_path_factory.mktemp("core") / "driver"
+    subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            str(ROOT / "kernel" / "op_host"),
+            str(ROOT / "tests" / "cpp" / "tiling_core_driver.cpp"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
+    return exe
+
+
+def random_cases(count: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(count):
+        scheme = "seed" if rng.random() < 0.3 else "exact"
+        dims = [int(d) for d in rng.integers(0, 3000, rng.integers(1, 4))]
+        if rng.random() < 0.3:
+            dims = [int(rng.integers(1, 10**10))]
+        knob = lambda lo, hi, step=1: None if rng.random() < 0.4 else int(rng.integers(lo, hi)) * step  # noqa: E731
+        cases.append(
+            {
+                "shape": dims,
+                "dtype": DTYPES[rng.integers(len(DTYPES))],
+                "reduction": REDUCTIONS[rng.integers(3)],
+                "weight": bool(rng.random() < 0.7) or scheme == "seed",
+                "pos_weight": "none" if scheme == "seed" or rng.random() < 0.5 else POS_WEIGHT_FORMS[rng.integers(3)],
+                "wrt": "logit" if scheme == "seed" or rng.random() < 0.6 else WRT_FORMS[rng.integers(2)],
+                "params": TilingParams(
+                    knob(1, 200, 32), knob(1, 5), knob(1, 2000, 16 if rng.random() < 0.8 else 1), knob(1, 60)
+                ),
+                "soc": known_socs()[rng.integers(len(known_socs()))],
+                "scheme": scheme,
+            }
+        )
+    return cases
+
+
+def python_line(c: dict) -> str:
+    try:
+        t = compute_tiling(
+            c["shape"],
+            c["dtype"],
+            c["reduction"],
+            c["params"],
+            c["soc"],
+            c["scheme"],
+            c["weight"],
+            c["pos_weight"],
+            c["wrt"],
+        )
+    except (TilingError, UnsupportedError):
+        return "err"
+    vals = [*t.fields.__dict__.values(), t.block_dim, t.tiling_key, *t.params.as_dict().values()]
+    return "ok " + " ".join(str(v) for v in vals)
+
+
+def cpp_input(c: dict) -> str:
+    soc = load_soc(c["soc"])
+    p = c["params"]
+    n = 1
+    for d in c["shape"]:
+        n *= d
+    classes = c["shape"][-1] if c["pos_weight"] == "last_dim" and c["shape"] else 0
+    fields = [
+        n,
+        DTYPE_ID[c["dtype"]],
+        REDUCTION_ID[c["reduction"]],
+        int(c["weight"]),
+        POS_WEIGHT_FORMS.index(c["pos_weight"]),
+        WRT_FORMS.index(c["wrt"]),
+        classes,
+        p.block_bytes or 0,
+        p.buffer_num or 0,
+        p.tile_bytes or 0,
+        p.core_num or 0,
+        soc.ub_bytes,
+        soc.ub_reserve_bytes,
+        soc.aiv_cores,
+        int(c["scheme"] == "exact"),
+    ]
+    return " ".join(str(v) for v in fields)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_cpp_core_matches_tiling_model(driver: Path, seed: int) -> None:
+    cases = random_cases(2500, seed)
+    edge = [
+        {
+            "shape": s,
+            "dtype": d,
+            "reduction": "none",
+            "weight": True,
+            "pos_weight": "none",
+            "wrt": "logit",
+            "params": TilingParams(),
+            "soc": "Ascend910B2",
+            "scheme": sch,
+        }
+        for s in ([0], [1], [100], [129], [128], [1 << 33])
+        for d in ("float32", "int16")
+        for sch in ("seed", "exact")
+    ]
+    cases += edge
+    out = subprocess.run(
+        [str(driver)], input="\n".join(cpp_input(c) for c in cases) + "\n", capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert len(out) == len(cases)
+    oks = 0
+    for c, got in zip(cases, out, strict=True):
+        assert got == python_line(c), c
+        oks += got.startswith("ok")
+    assert oks > 0.4 * len(cases)  # many cases are tilings, not just matching errors
