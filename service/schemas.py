@@ -142,7 +142,7 @@ class Provenance(BaseModel):
                 {
                     "schema_version": 2,
                     "soc_profile_hash": "6b1e90a373c3c4eb",
-                    "kernel_hash": "73dee1abc53fedf2",
+                    "kernel_hash": "0336c5879c156a7f",
                     "backend": "model",
                     "created": "2026-11-30T11:26:35+00:00",
                 }
@@ -290,7 +290,7 @@ class TableInfo(BaseModel):
                     "entries": 242,
                     "invalid_entries": 0,
                     "soc_profile_hash": "6b1e90a373c3c4eb",
-                    "kernel_hash": "73dee1abc53fedf2",
+                    "kernel_hash": "0336c5879c156a7f",
                     "stale": False,
                     "stale_reasons": [],
                 }
