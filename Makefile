@@ -25,9 +25,11 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# Re-tune the shipped tables with the cost-model backend (see README "Tuning").
+# Re-tune every shipped table with the cost-model backend, then re-export the C++ header (README "Tune").
 sweep: $(STAMP)
-	$(PY) -m tuner sweep --soc Ascend910B2
+	for soc in Ascend910B1 Ascend910B2 Ascend910B3 Ascend910B4 Ascend310B1; do \
+		$(PY) -m tuner sweep --soc $$soc --trials 12 --storage sqlite:///bcetune-sweep.db || exit 1; done
+	$(PY) -m tuner export-header
 
 # Cost-model speed (single prediction, whole-space scoring): a benchmark, not a test.
 bench-model: $(STAMP)

@@ -22,6 +22,7 @@ from tiling_model.tiling import TilingParams
 
 SCHEMA_VERSION = 2
 VariantKey = tuple[str, str, bool, str, str]  # dtype, reduction, weight, pos_weight, wrt
+TUNED_HEADER_NAME = "bce_grad_tuned_table.h"
 PARAM_NAMES = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
 
 
@@ -84,6 +85,20 @@ class TuningTable:
         bounds, group = found
         return group[bisect.bisect_right(bounds, n - 0.5)]
 
+    def bucket_limits(self) -> list[tuple[TableEntry, int | None]]:
+        """Every entry with the first element count past its bucket (None: open-ended), as integers
+        that reproduce ``lookup`` exactly: entry i serves 1 <= n < limit (after entry i-1's limit)."""
+        out: list[tuple[TableEntry, int | None]] = []
+        for bounds, group in self._index.values():
+            for i, e in enumerate(group):
+                if i == len(bounds):
+                    out.append((e, None))
+                    continue
+                limit = math.ceil(bounds[i] + 0.5)
+                assert (limit - 1) - 0.5 < bounds[i] <= limit - 0.5, (bounds[i], limit)
+                out.append((e, limit))
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
@@ -107,7 +122,8 @@ def kernel_source_hash() -> str:
     digest = hashlib.sha256()
     for sub in ("op_kernel", "op_host"):
         for f in sorted((root / sub).rglob("*")) if (root / sub).is_dir() else []:
-            if f.is_file() and f.suffix in (".h", ".cpp", ".txt", ".sh", ".json", ".cmake"):
+            generated = f.name == TUNED_HEADER_NAME  # derived from the tables: hashing it would be circular
+            if f.is_file() and not generated and f.suffix in (".h", ".cpp", ".txt", ".sh", ".json", ".cmake"):
                 digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()[:16]
 

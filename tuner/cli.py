@@ -14,6 +14,7 @@ from tiling_model import DTYPES, REDUCTIONS, known_socs
 from tiling_model.cliutil import Parser, positive_int
 from tiling_model.tables import TableError, load_table
 from tuner.backends import BACKENDS, make_backend
+from tuner.export_header import HEADER_PATH, export_header
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, run_sweep, sweep_keys
 
@@ -64,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--table", type=Path, help="table path (default: the shipped one)")
     r.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
     r.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
+    x = sub.add_parser("export-header", help="write the tables as a C++ header for the host tiling")
+    x.add_argument("--tables", type=Path, default=TABLES_DIR, help="directory of <SoC>.json tables")
+    x.add_argument("--out", type=Path, default=HEADER_PATH)
     return parser
 
 
@@ -91,6 +95,14 @@ def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "export-header":
+        try:
+            count = export_header(args.tables, args.out)
+        except (TableError, ValueError) as e:
+            print(f"python -m tuner: error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.out}: {count} entries")
+        return 0
     if args.command == "report":
         try:
             report(args.table or TABLES_DIR / f"{args.soc}.json", args.dtypes, args.reductions)
