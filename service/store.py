@@ -14,7 +14,7 @@ from pathlib import Path
 
 from service.logs import LOGGER, event
 from service.resolver import TilingResolver
-from tiling_model import compute_tiling, known_socs, load_soc, validate
+from tiling_model import TilingError, UnsupportedError, compute_tiling, known_socs, load_soc, validate
 from tiling_model.tables import TableError, TuningTable, kernel_source_hash, load_table
 
 log = logging.getLogger(LOGGER)
@@ -58,11 +58,14 @@ def _checked(table: TuningTable, path: Path) -> LoadedTable:
     soc = load_soc(table.soc)
     keep, invalid = [], []
     for e in table.entries:
-        t = compute_tiling(
-            [e.size], e.dtype, e.reduction, e.tiling_params(), soc, "exact", e.weight, e.pos_weight, e.wrt
-        )
-        bad = validate(t, soc)
-        if bad:
+        try:
+            t = compute_tiling(
+                [e.size], e.dtype, e.reduction, e.tiling_params(), soc, "exact", e.weight, e.pos_weight, e.wrt
+            )
+            problems = [v.message for v in validate(t, soc)]
+        except (TilingError, UnsupportedError) as err:  # knobs no tiling can express (e.g. a 100-B block)
+            problems = [str(err)]
+        if problems:
             desc = f"{e.dtype}/{e.reduction}/w={e.weight}/{e.wrt}/pw={e.pos_weight}/n={e.size}"
             invalid.append(desc)
             event(
@@ -71,7 +74,7 @@ def _checked(table: TuningTable, path: Path) -> LoadedTable:
                 "table entry fails validation; it will not be served",
                 table=str(path),
                 entry=desc,
-                violations=[v.message for v in bad],
+                violations=problems,
             )
         else:
             keep.append(e)

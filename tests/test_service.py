@@ -22,6 +22,7 @@ from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, wri
 GOOD = {"block_bytes": 1024, "buffer_num": 2, "tile_bytes": 8192, "core_num": 40}
 OTHER = {"block_bytes": 2048, "buffer_num": 1, "tile_bytes": 16384, "core_num": 32}
 BROKEN = {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 65536, "core_num": 48}  # overflows UB
+INEXPRESSIBLE = {"block_bytes": 100, "buffer_num": 2, "tile_bytes": 8192, "core_num": 48}  # not a multiple of 32
 
 
 def _free_port() -> int:
@@ -79,10 +80,12 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     d = tmp_path_factory.mktemp("tables")
-    write_table(
-        make_table([entry("float16", "mean", 1 << 20, GOOD), entry("float32", "none", 1 << 20, BROKEN)]),
-        d / "Ascend910B2.json",
-    )
+    entries = [
+        entry("float16", "mean", 1 << 20, GOOD),
+        entry("float32", "none", 1 << 20, BROKEN),
+        entry("int32", "none", 4096, INEXPRESSIBLE),
+    ]
+    write_table(make_table(entries), d / "Ascend910B2.json")
     srv = Server(d, "--reload-interval", "0")
     yield srv
     srv.stop()
@@ -114,7 +117,7 @@ def test_socs_lists_every_profile(server: Server) -> None:
 def test_tables_report_provenance_and_dropped_entries(server: Server) -> None:
     doc = httpx.get(server.url + "/tables").json()
     (t,) = doc["tables"]
-    assert t["soc"] == "Ascend910B2" and t["entries"] == 1 and t["invalid_entries"] == 1
+    assert t["soc"] == "Ascend910B2" and t["entries"] == 1 and t["invalid_entries"] == 2
     assert t["stale"] is False and t["kernel_hash"] == kernel_source_hash()
 
 
