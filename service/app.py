@@ -55,23 +55,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     store = TableStore(settings.tables_dir)
     metrics = Metrics()
 
+    async def reload(reason: str) -> None:
+        try:
+            ok = await asyncio.to_thread(store.reload, reason)
+        except Exception:  # a bug must not stop future reloads; the old tables keep serving
+            log.exception("table reload crashed; still serving the previous tables")
+            ok = False
+        metrics.reloads.labels("ok" if ok else "refused").inc()
+
     async def watch() -> None:
         while True:
             await asyncio.sleep(settings.reload_interval_s)
             if store.changed():
-                ok = await asyncio.to_thread(store.reload, "file change")
-                metrics.reloads.labels("ok" if ok else "refused").inc()
+                await reload("file change")
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
 
         def on_sighup() -> None:
-            async def run() -> None:
-                ok = await asyncio.to_thread(store.reload, "SIGHUP")
-                metrics.reloads.labels("ok" if ok else "refused").inc()
-
-            loop.create_task(run())
+            loop.create_task(reload("SIGHUP"))
 
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, on_sighup)
