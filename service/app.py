@@ -73,8 +73,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
 
+        pending: set[asyncio.Task] = set()  # keep references: the loop holds tasks only weakly
+
         def on_sighup() -> None:
-            loop.create_task(reload("SIGHUP"))
+            task = loop.create_task(reload("SIGHUP"))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
 
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, on_sighup)
