@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
+from importlib import metadata
 from typing import Any
 
 import orjson
@@ -47,6 +48,13 @@ def JSONBytes(content: Any, status_code: int = 200) -> Response:  # noqa: N802
 def _invalid(loc: list[str | int], e: InvalidTiling) -> Response:
     item = {"loc": loc, "msg": str(e), "type": "invalid_tiling", "violations": e.violations}
     return JSONBytes({"detail": [item]}, status_code=422)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("bcetune")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -97,7 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="bcetune",
-        version="0.2.0",
+        version=_version(),
         description="Tuned tilings for the Ascend C BinaryCrossEntropyGrad kernel on Ascend A2 NPUs.",
         lifespan=lifespan,
     )

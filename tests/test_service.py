@@ -133,7 +133,7 @@ def test_exact_entry_is_served_with_its_exact_bytes(server: Server) -> None:
     assert (doc["block_dim"], doc["tiling_key"]) == (t.block_dim, t.tiling_key)
     assert doc["predicted_us"] == pytest.approx(predict(t), abs=1e-4)
     assert 0 < doc["roofline_us"] <= doc["predicted_us"]
-    assert doc["provenance"]["schema_version"] == 2 and doc["provenance"]["backend"] == "model"
+    assert doc["provenance"]["schema_version"] == 3 and doc["provenance"]["backend"] == "model"
 
 
 def test_sizes_in_the_bucket_use_the_entry(server: Server) -> None:
@@ -285,7 +285,7 @@ def test_oversized_bodies_are_a_413(server: Server) -> None:
 
 
 def test_corrupt_table_stops_start_up_with_the_file_named(tmp_path: Path) -> None:
-    (tmp_path / "Ascend910B2.json").write_text(json.dumps({"schema_version": 2, "soc": "Ascend910B2"}))
+    (tmp_path / "Ascend910B2.json").write_text(json.dumps({"schema_version": 3, "soc": "Ascend910B2"}))
     r = subprocess.run(
         [sys.executable, "-m", "service", "--tables", str(tmp_path), "--port", str(_free_port())],
         capture_output=True,

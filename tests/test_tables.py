@@ -59,7 +59,7 @@ def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "mutate,needle",
     [
-        (lambda d: d.update(schema_version=99), "schema_version 99 is not 2"),
+        (lambda d: d.update(schema_version=99), "schema_version 99 is not 3"),
         (lambda d: d.pop("kernel_hash"), "kernel_hash missing"),
         (lambda d: d["entries"][0].update(pos_weight="last_dim"), "pos_weight 'last_dim' is not none or full"),
         (lambda d: d.pop("backend"), "backend missing"),
@@ -88,3 +88,47 @@ def test_unreadable_files_name_the_file(tmp_path: Path) -> None:
     bad.write_text(json.dumps([1]))
     with pytest.raises(TableError, match="top level is not an object"):
         load_table(bad)
+
+
+def test_json_schema_accepts_what_the_loader_accepts_and_rejects_what_it_rejects() -> None:
+    import copy
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads((resources.files("tiling_model") / "table.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    good = table(entry(16), entry(1024, "float16", "mean", False)).to_json()
+    assert list(validator.iter_errors(good)) == []
+    table_from_json(good)
+    mutations = [
+        lambda d: d.update(schema_version=2),
+        lambda d: d.pop("kernel_hash"),
+        lambda d: d.update(versions={"numpy": 2}),
+        lambda d: d.update(calibration={"cases": 3}),
+        lambda d: d["entries"][0].update(pos_weight="last_dim"),
+        lambda d: d["entries"][0]["params"].update(tile_bytes=0),
+        lambda d: d["entries"][0].pop("spread_us"),
+        lambda d: d["entries"][0].update(extra=1),
+    ]
+    for mutate in mutations:
+        doc = copy.deepcopy(good)
+        mutate(doc)
+        assert list(validator.iter_errors(doc)), doc
+        with pytest.raises(TableError):
+            table_from_json(doc)
+
+
+def test_shipped_tables_conform_to_the_json_schema() -> None:
+    from importlib import resources
+
+    import jsonschema
+
+    from service.config import SHIPPED_TABLES
+
+    schema = json.loads((resources.files("tiling_model") / "table.schema.json").read_text())
+    paths = sorted(SHIPPED_TABLES.glob("*.json"))
+    assert len(paths) == 5
+    for path in paths:
+        jsonschema.validate(json.loads(path.read_text()), schema, cls=jsonschema.Draft202012Validator)

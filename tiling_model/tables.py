@@ -20,7 +20,7 @@ from typing import Any
 from tiling_model.dtypes import DTYPES, REDUCTIONS
 from tiling_model.tiling import TilingParams
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 VariantKey = tuple[str, str, bool, str, str]  # dtype, reduction, weight, pos_weight, wrt
 TUNED_HEADER_NAME = "bce_grad_tuned_table.h"
 PARAM_NAMES = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
@@ -42,6 +42,7 @@ class TableEntry:
     tuned_us: float
     seed_default_us: float
     trials: int
+    spread_us: float = 0.0  # interquartile range of the tuned configuration's samples (0 for the model)
 
     @property
     def key(self) -> VariantKey:
@@ -60,6 +61,8 @@ class TuningTable:
     created: str
     trials_per_study: int
     entries: tuple[TableEntry, ...]
+    calibration: dict[str, Any] | None = None  # the SoC profile's calibration summary, if it was fitted
+    versions: dict[str, str] = field(default_factory=dict)  # bcetune, optuna, numpy (and CANN, torch_npu on NPU)
     schema_version: int = SCHEMA_VERSION
     _index: dict[VariantKey, tuple[list[float], list[TableEntry]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -108,6 +111,8 @@ class TuningTable:
             "backend": self.backend,
             "created": self.created,
             "trials_per_study": self.trials_per_study,
+            "calibration": self.calibration,
+            "versions": self.versions,
             "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: (*e.key, e.size))],
         }
 
@@ -146,6 +151,7 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
         "tuned_us",
         "seed_default_us",
         "trials",
+        "spread_us",
     }
     _require(set(raw) == expected, where, f"entry keys {sorted(raw)} differ from {sorted(expected)}")
     _require(raw["dtype"] in DTYPES, where, f"unknown dtype {raw['dtype']!r}")
@@ -164,7 +170,7 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
         _require(
             isinstance(v, int) and not isinstance(v, bool) and v >= 1, where, f"params.{k} is not a positive integer"
         )
-    for k in ("tuned_us", "seed_default_us"):
+    for k in ("tuned_us", "seed_default_us", "spread_us"):
         _require(isinstance(raw[k], int | float) and raw[k] >= 0, where, f"{k} is not a non-negative number")
     _require(isinstance(raw["trials"], int) and raw["trials"] >= 1, where, "trials is not a positive integer")
     return TableEntry(**raw)
@@ -182,6 +188,18 @@ def table_from_json(doc: Any, where: str = "table") -> TuningTable:
         _require(isinstance(doc.get(k), str) and doc[k], where, f"{k} missing or not a string")
     _require(isinstance(doc.get("trials_per_study"), int), where, "trials_per_study missing or not an integer")
     _require(isinstance(doc.get("entries"), list), where, "entries missing or not a list")
+    cal = doc.get("calibration", "missing")
+    _require(
+        cal is None or (isinstance(cal, dict) and isinstance(cal.get("median_abs_rel_error"), int | float)),
+        where,
+        "calibration must be null or an object with median_abs_rel_error",
+    )
+    versions = doc.get("versions")
+    _require(
+        isinstance(versions, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items()),
+        where,
+        "versions must map names to strings",
+    )
     entries = tuple(_entry_from_json(e, f"{where}: entries[{i}]") for i, e in enumerate(doc["entries"]))
     keys = [(*e.key, e.size) for e in entries]
     _require(len(keys) == len(set(keys)), where, "duplicate entries for the same variant and size")
@@ -193,6 +211,8 @@ def table_from_json(doc: Any, where: str = "table") -> TuningTable:
         doc["created"],
         doc["trials_per_study"],
         entries,
+        cal,
+        versions,
     )
 
 

@@ -129,4 +129,5 @@ def tune(key: StudyKey, backend: Backend, storage: optuna.storages.BaseStorage |
         tuned_us=round(best.value, 4),
         seed_default_us=round(backend.measure(seed_tiling), 4),
         trials=len(study.trials),
+        spread_us=float(best.user_attrs.get("spread_us", 0.0)),
     )

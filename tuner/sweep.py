@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import platform
 from collections.abc import Iterable
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import optuna
 from tqdm import tqdm
 
-from tiling_model import load_soc, valid_combinations
+from tiling_model import SocProfile, load_soc, valid_combinations
 from tiling_model.tables import TuningTable, kernel_source_hash, write_table
 from tuner.backends import Backend
 from tuner.study import StudyKey, tune
@@ -44,6 +47,25 @@ def sweep_keys(
     ]
 
 
+def calibration_summary(soc: SocProfile) -> dict[str, Any] | None:
+    """What the table's predictions rest on: the profile's fit, if it has one."""
+    cal = soc.calibration
+    if not cal:
+        return None
+    keys = ("data", "cases", "median_abs_rel_error", "worst_abs_rel_error", "fitted")
+    return {k: cal[k] for k in keys if k in cal}
+
+
+def software_versions(backend: str) -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("bcetune", "optuna", "numpy") + (("torch", "torch_npu") if backend == "npu" else ()):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
 def run_sweep(
     keys: list[StudyKey],
     backend: Backend,
@@ -73,6 +95,8 @@ def run_sweep(
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         trials_per_study=trials,
         entries=tuple(entries),
+        calibration=calibration_summary(soc),
+        versions=software_versions(backend.name),
     )
     if out is not None:
         write_table(table, out)
