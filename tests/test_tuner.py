@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tiling_model import compute_tiling, load_soc, predict, validate
+from tiling_model import TilingParams, compute_tiling, load_soc, predict, validate
 from tiling_model.tables import load_table
 from tuner.backends import ModelBackend
 from tuner.space import SearchSpace
@@ -22,12 +22,13 @@ from tuner.sweep import run_sweep, sweep_keys
 class CountingBackend(ModelBackend):
     """The model backend, recording every tiling it is asked to time."""
 
-    def __init__(self) -> None:
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
         self.seen = []
 
-    def measure(self, tiling):  # type: ignore[override]
+    def sample(self, tiling):  # type: ignore[override]
         self.seen.append(tiling)
-        return super().measure(tiling)
+        return super().sample(tiling)
 
 
 @pytest.fixture()
@@ -122,6 +123,8 @@ def test_cli_sweep_and_bad_flags(tmp_path: Path) -> None:
         (["--soc", "Ascend910B2", "--sizes", "0,5"], "positive element counts"),
         (["--soc", "Ascend910B2", "--dtypes", "int16", "--reductions", "mean"], "nothing to tune"),
         (["--soc", "Ascend910B2", "--storage", "sqlite:////nonexistent/dir/x.db"], "does not exist"),
+        (["--soc", "Ascend910B2", "--noise", "-0.1"], "noise must be >= 0"),
+        (["--soc", "Ascend910B2", "--repeats", "2"], "repeats >= 3"),
     ]:
         r = subprocess.run(
             [sys.executable, "-m", "tuner", "sweep", *bad, "--no-progress", "--out", str(out)],
@@ -152,3 +155,54 @@ def test_ties_go_to_double_buffering_then_larger_tiles_then_more_cores() -> None
         study.tell(trial, value)
     best = best_trial(study)
     assert (best.user_attrs["buffer_num"], best.user_attrs["tile_bytes"], best.user_attrs["core_num"]) == (2, 32768, 40)
+
+
+def test_protocol_rejects_outliers_and_reports_median_and_iqr() -> None:
+    from tuner.protocol import summarise
+
+    m = summarise([10.0, 10.2, 9.8, 10.1, 9.9, 31.0, 10.0], outlier_mads=5.0)
+    assert 31.0 in m.samples and 31.0 not in m.kept and len(m.kept) == 6
+    assert m.median_us == pytest.approx(10.0) and 0 < m.iqr_us < 0.3
+
+
+def test_noisy_backend_gets_the_protocol_and_still_finds_a_near_best_tiling(storage) -> None:
+    from tiling_model.kernels import bce_grad_kernel
+    from tiling_model.space import score_space
+    from tuner.protocol import Protocol
+
+    backend = CountingBackend(noise=0.05, outlier_rate=0.05, seed=3)
+    protocol = Protocol(warmup=1, repeats=5, confirm_top=3, confirm_rounds=2)
+    key = StudyKey("Ascend910B2", "float32", "mean", True, 1 << 18)
+    e = tune(key, backend, storage, trials=16, protocol=protocol)
+    study = optuna.load_study(study_name=key.study_name("model"), storage=storage)
+    measured = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
+    assert all(len(t.user_attrs["samples"]) == 5 for t in measured)  # every sample stored with its trial
+    confirm = study.user_attrs["confirm"]
+    assert len(confirm) == 3 and all(len(c["samples"]) == 2 * 5 for c in confirm.values())
+    assert e.spread_us > 0
+    # judged noise-free: the pick is within 3% of the model's best over the whole space
+    soc = load_soc("Ascend910B2")
+    best = score_space(bce_grad_kernel("float32", "mean"), soc, 1 << 18)
+    optimum = float(best.result.predicted_us[best.best_index()])
+    picked = predict(compute_tiling([1 << 18], "float32", "mean", TilingParams(**e.params)))
+    assert picked <= 1.03 * optimum
+    # warm-up and repetitions: 16 trials, each 1 + 5 samples unless a duplicate, plus the confirmation
+    assert len(backend.seen) >= len(measured) * 6 + 3 * (1 + 2 * 5)
+
+
+def test_statistical_ties_go_to_the_robust_choice() -> None:
+    from tuner.protocol import Measurement, statistically_tied
+
+    a = Measurement((10.0,), (10.0,), 10.0, 0.4)
+    b = Measurement((10.3,), (10.3,), 10.3, 0.2)
+    c = Measurement((11.0,), (11.0,), 11.0, 0.2)
+    assert statistically_tied(a, b) and not statistically_tied(a, c)
+
+
+def test_bad_noise_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="noise must be"):
+        ModelBackend(noise=-1)
+    from tuner.protocol import Protocol
+
+    with pytest.raises(ValueError, match="repeats >= 3"):
+        Protocol(repeats=1)

@@ -15,6 +15,7 @@ from tiling_model.cliutil import Parser, positive_int
 from tiling_model.tables import TableError, load_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
+from tuner.protocol import Protocol
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, run_sweep, sweep_keys
 
@@ -57,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
     s.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, help="completed trials per study")
     s.add_argument("--backend", default="model", choices=sorted(BACKENDS))
+    s.add_argument("--noise", type=float, default=0.0, help="model backend: relative lognormal noise (e.g. 0.05)")
+    s.add_argument("--outlier-rate", type=float, default=0.0, help="model backend: share of 3x-slow samples")
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic noise")
+    s.add_argument("--warmup", type=int, default=2, help="timed backends: warm-up launches per measurement")
+    s.add_argument("--repeats", type=int, default=7, help="timed backends: samples per measurement (>= 3)")
+    s.add_argument("--confirm-top", type=int, default=3, help="timed backends: candidates re-measured at the end")
     s.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file by default)")
     s.add_argument("--out", type=Path, help="table path (default: the shipped service/tables/<SOC>.json)")
     s.add_argument("--no-progress", action="store_true")
@@ -116,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         storage = open_storage(args.storage)
         start = time.perf_counter()
-        table = run_sweep(keys, make_backend(args.backend), storage, args.trials, out, not args.no_progress)
+        backend = make_backend(args.backend, args.noise, args.outlier_rate, args.seed)
+        protocol = Protocol(warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top)
+        table = run_sweep(keys, backend, storage, args.trials, out, not args.no_progress, protocol)
     except ValueError as e:
         print(f"python -m tuner: error: {e}", file=sys.stderr)
         return 2

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import optuna
 
-from tiling_model import SocProfile, TilingData, compute_tiling, load_soc, predict, validate
+from tiling_model import SocProfile, TilingData, TilingParams, compute_tiling, load_soc, predict, validate
 from tiling_model.tables import TableEntry
 from tuner.backends import Backend
+from tuner.protocol import Protocol, measure, remeasure_interleaved, statistically_tied
 from tuner.space import SearchSpace
 
 #: The model's best configurations enqueued as the first trials after the seed default.
@@ -49,7 +50,7 @@ def _params_of(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
     return (a["block_bytes"], a["buffer_num"], a["tile_bytes"], a["core_num"])
 
 
-def _objective(key: StudyKey, space: SearchSpace, backend: Backend, study: optuna.Study):  # noqa: ANN202
+def _objective(key: StudyKey, space: SearchSpace, backend: Backend, study: optuna.Study, protocol: Protocol):  # noqa: ANN202
     def objective(trial: optuna.Trial) -> float:
         params = space.suggest(trial)
         t = compute_tiling(
@@ -67,26 +68,66 @@ def _objective(key: StudyKey, space: SearchSpace, backend: Backend, study: optun
                 trial.set_user_attr("duplicate_of", done.number)
                 return done.value
         trial.set_user_attr("predicted_us", predict(t, space.soc))
-        return backend.measure(t)
+        m = measure(backend, t, protocol)
+        for name, value in m.as_attrs().items():
+            trial.set_user_attr(name, value)
+        trial.set_user_attr("spread_us", m.iqr_us)
+        return m.median_us
 
     return objective
 
 
+def robust_order(attrs: dict) -> tuple[int, int, int, int]:
+    """How ties are resolved, toward where a model or timing error costs least on real hardware:
+    double buffering first (buffer_num >= 2, fewest such), then larger tiles (few fixed DMA
+    costs), then more cores (bandwidth headroom)."""
+    return (attrs["buffer_num"] < 2, attrs["buffer_num"], -attrs["tile_bytes"], -attrs["core_num"])
+
+
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
-    """Fastest trial. Trials within 0.1% of it are tied and resolved toward the robust choice:
-    double buffering first (buffer_num >= 2, fewest such), then larger tiles, then more cores,
-    then the earlier trial. A memory-bound launch leaves many configurations tied in the model;
-    this keeps the pick where a model error costs least on real hardware (copies overlap compute,
-    few fixed DMA costs, bandwidth headroom)."""
+    """Fastest trial; trials within 0.1% of it are tied and resolved by ``robust_order``, then the
+    faster, then the earlier trial (a memory-bound launch leaves many configurations tied)."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     fastest = min(t.value for t in done)
     tied = [t for t in done if t.value <= fastest * 1.001]
+    return min(tied, key=lambda t: (*robust_order(t.user_attrs), t.value, t.number))
 
-    def order(t: optuna.trial.FrozenTrial) -> tuple[int, int, int, int, float, int]:
-        a = t.user_attrs
-        return (a["buffer_num"] < 2, a["buffer_num"], -a["tile_bytes"], -a["core_num"], t.value, t.number)
 
-    return min(tied, key=order)
+def confirm_winner(
+    study: optuna.Study, key: StudyKey, space: SearchSpace, backend: Backend, protocol: Protocol
+) -> tuple[optuna.trial.FrozenTrial, float, float]:
+    """Winner, its time and spread. A timed backend re-measures the top candidates interleaved;
+    candidates statistically tied with the fastest are resolved by ``robust_order``. The
+    re-measurements are stored with the study (user attr ``confirm``)."""
+    if backend.deterministic:
+        best = best_trial(study)
+        return best, float(best.value), 0.0
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if "duplicate_of" not in t.user_attrs
+    ]
+    top = sorted(done, key=lambda t: (t.value, t.number))[: protocol.confirm_top]
+    tilings = [
+        compute_tiling(
+            [key.size],
+            key.dtype,
+            key.reduction,
+            TilingParams(*_params_of(t)),
+            space.soc,
+            "exact",
+            key.weight,
+            key.pos_weight,
+            key.wrt,
+        )
+        for t in top
+    ]
+    ms = remeasure_interleaved(backend, tilings, protocol)
+    study.set_user_attr("confirm", {str(t.number): m.as_attrs() for t, m in zip(top, ms, strict=True)})
+    fastest = min(ms, key=lambda m: m.median_us)
+    tied = [(t, m) for t, m in zip(top, ms, strict=True) if statistically_tied(m, fastest)]
+    winner, wm = min(tied, key=lambda tm: (*robust_order(tm[0].user_attrs), tm[1].median_us, tm[0].number))
+    return winner, wm.median_us, wm.iqr_us
 
 
 def seed_default_tiling(key: StudyKey, soc: SocProfile) -> TilingData:
@@ -97,8 +138,15 @@ def seed_default_tiling(key: StudyKey, soc: SocProfile) -> TilingData:
     return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "exact", key.weight, key.pos_weight, key.wrt)
 
 
-def tune(key: StudyKey, backend: Backend, storage: optuna.storages.BaseStorage | str, trials: int) -> TableEntry:
+def tune(
+    key: StudyKey,
+    backend: Backend,
+    storage: optuna.storages.BaseStorage | str,
+    trials: int,
+    protocol: Protocol | None = None,
+) -> TableEntry:
     """Run (or resume) the study of ``key`` up to ``trials`` completed trials; return its entry."""
+    protocol = protocol or Protocol()
     soc = load_soc(key.soc)
     space = SearchSpace(soc, key.dtype, key.reduction, key.weight, key.pos_weight, key.wrt)
     study = optuna.create_study(
@@ -114,8 +162,8 @@ def tune(key: StudyKey, backend: Backend, storage: optuna.storages.BaseStorage |
             study.enqueue_trial(point)
     remaining = trials - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     if remaining > 0:
-        study.optimize(_objective(key, space, backend, study), n_trials=remaining, catch=())
-    best = best_trial(study)
+        study.optimize(_objective(key, space, backend, study, protocol), n_trials=remaining, catch=())
+    best, tuned_us, spread_us = confirm_winner(study, key, space, backend, protocol)
     seed_tiling = seed_default_tiling(key, soc)
     params = dict(zip(("block_bytes", "buffer_num", "tile_bytes", "core_num"), _params_of(best), strict=True))
     return TableEntry(
@@ -126,8 +174,8 @@ def tune(key: StudyKey, backend: Backend, storage: optuna.storages.BaseStorage |
         wrt=key.wrt,
         size=key.size,
         params=params,
-        tuned_us=round(best.value, 4),
-        seed_default_us=round(backend.measure(seed_tiling), 4),
+        tuned_us=round(tuned_us, 4),
+        seed_default_us=round(measure(backend, seed_tiling, protocol).median_us, 4),
         trials=len(study.trials),
-        spread_us=float(best.user_attrs.get("spread_us", 0.0)),
+        spread_us=round(spread_us, 4),
     )

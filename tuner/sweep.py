@@ -15,6 +15,7 @@ from tqdm import tqdm
 from tiling_model import SocProfile, load_soc, valid_combinations
 from tiling_model.tables import TuningTable, kernel_source_hash, write_table
 from tuner.backends import Backend
+from tuner.protocol import Protocol
 from tuner.study import StudyKey, tune
 
 #: Representative element counts: powers of four from 1 Ki to 1 Gi elements.
@@ -73,6 +74,7 @@ def run_sweep(
     trials: int,
     out: Path | None,
     progress: bool = True,
+    protocol: Protocol | None = None,
 ) -> TuningTable:
     if not keys:
         raise ValueError("nothing to tune: no supported (dtype, reduction) combination selected")
@@ -86,7 +88,7 @@ def run_sweep(
         bar.set_postfix_str(
             f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/{key.wrt}/pw_{key.pos_weight}/n={key.size}"
         )
-        entries.append(tune(key, backend, storage, trials))
+        entries.append(tune(key, backend, storage, trials, protocol))
     table = TuningTable(
         soc=soc.name,
         soc_profile_hash=soc.profile_hash,

@@ -1,0 +1,85 @@
+"""The measurement protocol for timed backends: warm-up, L2 flush between repetitions, at least
+N repetitions, outlier rejection, median and interquartile range; and the interleaved
+re-measurement of the top candidates before a winner is declared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tiling_model import TilingData
+from tuner.backends import Backend
+
+
+@dataclass(frozen=True)
+class Protocol:
+    warmup: int = 2
+    repeats: int = 7
+    outlier_mads: float = 5.0  # a sample further than this many MADs from the median is rejected
+    confirm_top: int = 3  # candidates re-measured, interleaved, before a winner is declared
+    confirm_rounds: int = 3
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0 or self.repeats < 3 or self.confirm_top < 1 or self.confirm_rounds < 1:
+            raise ValueError("protocol needs warmup >= 0, repeats >= 3, confirm_top >= 1, confirm_rounds >= 1")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    samples: tuple[float, ...]  # every sample taken, outliers included
+    kept: tuple[float, ...]
+    median_us: float
+    iqr_us: float
+
+    def as_attrs(self) -> dict[str, object]:
+        return {
+            "samples": list(self.samples),
+            "kept": len(self.kept),
+            "median_us": self.median_us,
+            "iqr_us": self.iqr_us,
+        }
+
+
+def summarise(samples: list[float], outlier_mads: float) -> Measurement:
+    """Median and IQR of the samples left after rejecting outliers by the median absolute deviation."""
+    x = np.asarray(samples, dtype=float)
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med)))
+    kept = x if mad == 0 else x[np.abs(x - med) <= outlier_mads * 1.4826 * mad]
+    q1, q2, q3 = np.percentile(kept, [25, 50, 75])
+    return Measurement(tuple(samples), tuple(float(v) for v in kept), float(q2), float(q3 - q1))
+
+
+def measure(backend: Backend, tiling: TilingData, protocol: Protocol) -> Measurement:
+    """One measurement: a deterministic backend needs one sample; a timed one gets the protocol."""
+    if backend.deterministic:
+        us = backend.sample(tiling)
+        return Measurement((us,), (us,), us, 0.0)
+    for _ in range(protocol.warmup):
+        backend.sample(tiling)
+    samples = []
+    for _ in range(protocol.repeats):
+        backend.flush_l2()
+        samples.append(backend.sample(tiling))
+    return summarise(samples, protocol.outlier_mads)
+
+
+def remeasure_interleaved(backend: Backend, tilings: list[TilingData], protocol: Protocol) -> list[Measurement]:
+    """Measure the candidates round-robin (so drift hits all alike), ``confirm_rounds`` x ``repeats`` each."""
+    samples: list[list[float]] = [[] for _ in tilings]
+    for t in tilings:
+        for _ in range(protocol.warmup):
+            backend.sample(t)
+    for _ in range(protocol.confirm_rounds):
+        for _ in range(protocol.repeats):
+            for i, t in enumerate(tilings):
+                backend.flush_l2()
+                samples[i].append(backend.sample(t))
+    return [summarise(s, protocol.outlier_mads) for s in samples]
+
+
+def statistically_tied(a: Measurement, b: Measurement) -> bool:
+    """Tied when the medians differ by less than the larger interquartile range (or by 0.1%)."""
+    return abs(a.median_us - b.median_us) <= max(a.iqr_us, b.iqr_us, 1e-3 * min(a.median_us, b.median_us))
