@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass
 
 import optuna
+from optuna.trial import TrialState
 
 from tiling_model import SocProfile, TilingData, TilingParams, compute_tiling, load_soc, predict, validate
 from tiling_model.tables import TableEntry
@@ -85,11 +86,18 @@ def robust_order(attrs: dict) -> tuple[int, int, int, int]:
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
-    """Fastest trial; trials within 0.1% of it are tied and resolved by ``robust_order``, then the
-    faster, then the earlier trial (a memory-bound launch leaves many configurations tied)."""
+    """Fastest trial, preferring the seeded ones (the default and the model's picks, enqueued first):
+    a searched trial wins only by beating every seeded one by more than 0.1%. Trials within 0.1% of
+    the fastest are tied and resolved by ``robust_order``, then the faster, then the earlier trial.
+    So the same study run by one worker or several, whatever the interleaving, picks the same."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    fastest = min(t.value for t in done)
-    tied = [t for t in done if t.value <= fastest * 1.001]
+    seeded = [t for t in done if "fixed_params" in t.system_attrs]
+    pool = done
+    if seeded:
+        best_seeded = min(t.value for t in seeded)
+        pool = seeded if all(t.value >= best_seeded * 0.999 for t in done) else done
+    fastest = min(t.value for t in pool)
+    tied = [t for t in pool if t.value <= fastest * 1.001]
     return min(tied, key=lambda t: (*robust_order(t.user_attrs), t.value, t.number))
 
 
@@ -156,13 +164,18 @@ def tune(
         direction="minimize",
         load_if_exists=True,
     )
-    if not study.trials:
+    if not study.user_attrs.get("seeded"):
+        study.set_user_attr("seeded", True)  # (two workers racing here both enqueue: duplicates are not re-measured)
         study.enqueue_trial(space.default_point())
         for point in space.model_best_points(key.size, MODEL_SEEDS):
             study.enqueue_trial(point)
     remaining = trials - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     if remaining > 0:
-        study.optimize(_objective(key, space, backend, study, protocol), n_trials=remaining, catch=())
+        # several workers share the study: stop when the study, not this worker, has enough trials
+        enough = optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        study.optimize(
+            _objective(key, space, backend, study, protocol), n_trials=remaining, catch=(), callbacks=[enough]
+        )
     best, tuned_us, spread_us = confirm_winner(study, key, space, backend, protocol)
     seed_tiling = seed_default_tiling(key, soc)
     params = dict(zip(("block_bytes", "buffer_num", "tile_bytes", "core_num"), _params_of(best), strict=True))
@@ -176,6 +189,6 @@ def tune(
         params=params,
         tuned_us=round(tuned_us, 4),
         seed_default_us=round(measure(backend, seed_tiling, protocol).median_us, 4),
-        trials=len(study.trials),
+        trials=len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
         spread_us=round(spread_us, 4),
     )
