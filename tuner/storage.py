@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from sqlalchemy import event
 
 DEFAULT_STORAGE = "sqlite:///bcetune-sweep.db"
+
+
+def _create(url: str, attempts: int = 6) -> optuna.storages.RDBStorage:
+    """RDBStorage, retried: workers that start together on an empty database race to create its
+    schema, and all but one see a duplicate type or table until the winner has committed."""
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def open_storage(url: str = DEFAULT_STORAGE) -> optuna.storages.RDBStorage:
@@ -21,7 +36,7 @@ def open_storage(url: str = DEFAULT_STORAGE) -> optuna.storages.RDBStorage:
         path = Path(url.removeprefix("sqlite:///"))
         if path.parent and not path.parent.exists():
             raise ValueError(f"storage directory {path.parent} does not exist")
-    storage = optuna.storages.RDBStorage(url)
+    storage = _create(url)
     if url.startswith("sqlite"):
 
         @event.listens_for(storage.engine, "connect")

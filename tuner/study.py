@@ -7,6 +7,7 @@ interrupted sweep resumes where it stopped and finished studies are not run agai
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 
 import optuna
@@ -51,6 +52,23 @@ def _params_of(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
     return (a["block_bytes"], a["buffer_num"], a["tile_bytes"], a["core_num"])
 
 
+DUPLICATE_WAIT_S = 120.0
+KNOBS = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
+
+
+def _same_config(study: optuna.Study, number: int, real: tuple[int, int, int, int]) -> optuna.trial.FrozenTrial | None:
+    """A completed trial with this configuration, else a running one (lowest number first), else None."""
+    found = None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+        if t.number == number or not all(k in t.user_attrs for k in KNOBS) or _params_of(t) != real:
+            continue
+        if t.state == TrialState.COMPLETE:
+            return t
+        if found is None or t.number < found.number:
+            found = t
+    return found
+
+
 def _objective(key: StudyKey, space: SearchSpace, backend: Backend, study: optuna.Study, protocol: Protocol):  # noqa: ANN202
     def objective(trial: optuna.Trial) -> float:
         params = space.suggest(trial)
@@ -63,11 +81,19 @@ def _objective(key: StudyKey, space: SearchSpace, backend: Backend, study: optun
         real = (t.params.block_bytes, t.params.buffer_num, t.params.tile_bytes, t.params.core_num)
         for name, value in zip(("block_bytes", "buffer_num", "tile_bytes", "core_num"), real, strict=True):
             trial.set_user_attr(name, value)
-        # A configuration already measured in this study is not measured again.
-        for done in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            if _params_of(done) == real:
-                trial.set_user_attr("duplicate_of", done.number)
-                return done.value
+        # A configuration already measured in this study is not measured again; one another worker is
+        # measuring right now is waited for (the lower trial number measures, so two never wait on each other).
+        deadline = time.monotonic() + DUPLICATE_WAIT_S
+        while True:
+            twin = _same_config(study, trial.number, real)
+            if twin is None or twin.state == TrialState.RUNNING and twin.number > trial.number:
+                break
+            if twin.state == TrialState.COMPLETE:
+                trial.set_user_attr("duplicate_of", twin.number)
+                return twin.value
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         trial.set_user_attr("predicted_us", predict(t, space.soc))
         m = measure(backend, t, protocol)
         for name, value in m.as_attrs().items():
@@ -157,18 +183,16 @@ def tune(
     protocol = protocol or Protocol()
     soc = load_soc(key.soc)
     space = SearchSpace(soc, key.dtype, key.reduction, key.weight, key.pos_weight, key.wrt)
-    study = optuna.create_study(
-        study_name=key.study_name(backend.name),
-        storage=storage,
-        sampler=optuna.samplers.TPESampler(seed=key.seed(), multivariate=True, n_startup_trials=10),
-        direction="minimize",
-        load_if_exists=True,
-    )
-    if not study.user_attrs.get("seeded"):
-        study.set_user_attr("seeded", True)  # (two workers racing here both enqueue: duplicates are not re-measured)
+    sampler = optuna.samplers.TPESampler(seed=key.seed(), multivariate=True, n_startup_trials=10)
+    try:  # creating the study is atomic in the database: only its creator seeds it
+        study = optuna.create_study(
+            study_name=key.study_name(backend.name), storage=storage, sampler=sampler, direction="minimize"
+        )
         study.enqueue_trial(space.default_point())
         for point in space.model_best_points(key.size, MODEL_SEEDS):
             study.enqueue_trial(point)
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=key.study_name(backend.name), storage=storage, sampler=sampler)
     remaining = trials - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     if remaining > 0:
         # several workers share the study: stop when the study, not this worker, has enough trials
