@@ -206,3 +206,42 @@ def test_bad_noise_settings_are_refused() -> None:
 
     with pytest.raises(ValueError, match="repeats >= 3"):
         Protocol(repeats=1)
+
+
+def test_patience_stops_a_study_that_stopped_improving(storage) -> None:
+    key = StudyKey("Ascend910B2", "float32", "none", True, 1 << 20)
+    e = tune(key, ModelBackend(), storage, trials=60, patience=5)
+    assert e.trials < 20  # the seeded optimum comes first; five trials without improvement end it
+
+
+def test_records_are_written_for_every_measurement_and_read_by_calibrate(storage, tmp_path: Path) -> None:
+    from tiling_model.calibrate import read_jsonl
+    from tuner.records import RecordLog
+
+    path = tmp_path / "runs.jsonl"
+    key = StudyKey("Ascend910B2", "float16", "mean", False, 77777)
+    tune(key, ModelBackend(noise=0.02, seed=1), storage, trials=8, records=RecordLog(path))
+    study = optuna.load_study(study_name=key.study_name("model"), storage=storage)
+    measured = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
+    recs = read_jsonl(path)
+    assert len(recs) == len(measured)
+    assert all(r.kernel.dtype == "float16" and r.shape == (77777,) and r.measured_us > 0 for r in recs)
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    assert all(abs(r["measured_us"] / r["predicted_us"] - 1) < 0.2 for r in raw)
+
+
+def test_a_failing_measurement_fails_its_trial_and_the_sweep_goes_on(storage) -> None:
+    from tuner.backends import MeasurementError
+
+    class Flaky(ModelBackend):
+        def sample(self, tiling):  # type: ignore[override]
+            if tiling.params.core_num % 2:
+                raise MeasurementError("kernel timed out after 5 s")
+            return super().sample(tiling)
+
+    key = StudyKey("Ascend910B2", "float32", "sum", True, 123457)
+    e = tune(key, Flaky(), storage, trials=10)
+    study = optuna.load_study(study_name=key.study_name("model"), storage=storage)
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed and all(t.user_attrs["error"] == "kernel timed out after 5 s" for t in failed)
+    assert e.params["core_num"] % 2 == 0

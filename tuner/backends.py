@@ -15,6 +15,10 @@ import numpy as np
 from tiling_model import TilingData, predict
 
 
+class MeasurementError(RuntimeError):
+    """A launch failed or timed out: the trial fails with this reason and the sweep continues."""
+
+
 class Backend(Protocol):
     name: str
     deterministic: bool  # one sample is the whole truth (no protocol needed)

@@ -16,6 +16,7 @@ from tiling_model.tables import TableError, load_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.protocol import Protocol
+from tuner.records import RecordLog
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, run_sweep, sweep_keys
 
@@ -64,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warmup", type=int, default=2, help="timed backends: warm-up launches per measurement")
     s.add_argument("--repeats", type=int, default=7, help="timed backends: samples per measurement (>= 3)")
     s.add_argument("--confirm-top", type=int, default=3, help="timed backends: candidates re-measured at the end")
+    s.add_argument("--patience", type=int, default=0, help="stop a study when its best has not improved for M trials")
+    s.add_argument("--records", type=Path, help="append every measurement as a JSON line (for calibrate --data)")
     s.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file by default)")
     s.add_argument("--out", type=Path, help="table path (default: the shipped service/tables/<SOC>.json)")
     s.add_argument("--no-progress", action="store_true")
@@ -125,7 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = time.perf_counter()
         backend = make_backend(args.backend, args.noise, args.outlier_rate, args.seed)
         protocol = Protocol(warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top)
-        table = run_sweep(keys, backend, storage, args.trials, out, not args.no_progress, protocol)
+        records = RecordLog(args.records) if args.records else None
+        if args.patience < 0:
+            raise ValueError("patience must be >= 0")
+        table = run_sweep(
+            keys, backend, storage, args.trials, out, not args.no_progress, protocol, args.patience, records
+        )
     except ValueError as e:
         print(f"python -m tuner: error: {e}", file=sys.stderr)
         return 2

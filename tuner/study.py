@@ -15,8 +15,9 @@ from optuna.trial import TrialState
 
 from tiling_model import SocProfile, TilingData, TilingParams, compute_tiling, load_soc, predict, validate
 from tiling_model.tables import TableEntry
-from tuner.backends import Backend
+from tuner.backends import Backend, MeasurementError
 from tuner.protocol import Protocol, measure, remeasure_interleaved, statistically_tied
+from tuner.records import RecordLog
 from tuner.space import SearchSpace
 
 #: The model's best configurations enqueued as the first trials after the seed default.
@@ -69,7 +70,14 @@ def _same_config(study: optuna.Study, number: int, real: tuple[int, int, int, in
     return found
 
 
-def _objective(key: StudyKey, space: SearchSpace, backend: Backend, study: optuna.Study, protocol: Protocol):  # noqa: ANN202
+def _objective(  # noqa: ANN202
+    key: StudyKey,
+    space: SearchSpace,
+    backend: Backend,
+    study: optuna.Study,
+    protocol: Protocol,
+    records: RecordLog | None,
+):
     def objective(trial: optuna.Trial) -> float:
         params = space.suggest(trial)
         t = compute_tiling(
@@ -94,11 +102,18 @@ def _objective(key: StudyKey, space: SearchSpace, backend: Backend, study: optun
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        trial.set_user_attr("predicted_us", predict(t, space.soc))
-        m = measure(backend, t, protocol)
+        predicted = predict(t, space.soc)
+        trial.set_user_attr("predicted_us", predicted)
+        try:
+            m = measure(backend, t, protocol)
+        except MeasurementError as e:  # a kernel fault or timeout: this trial fails, the sweep goes on
+            trial.set_user_attr("error", str(e))
+            raise
         for name, value in m.as_attrs().items():
             trial.set_user_attr(name, value)
         trial.set_user_attr("spread_us", m.iqr_us)
+        if records is not None:
+            records.write(key, backend.name, t, m, predicted)
         return m.median_us
 
     return objective
@@ -172,14 +187,32 @@ def seed_default_tiling(key: StudyKey, soc: SocProfile) -> TilingData:
     return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "exact", key.weight, key.pos_weight, key.wrt)
 
 
+class _Patience:
+    """Stop a study when its best value has not improved for ``trials`` completed trials."""
+
+    def __init__(self, trials: int) -> None:
+        self.trials = trials
+
+    def __call__(self, study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not done:
+            return
+        best = min(done, key=lambda t: (t.value, t.number))
+        if sum(t.number > best.number for t in done) >= self.trials:
+            study.stop()
+
+
 def tune(
     key: StudyKey,
     backend: Backend,
     storage: optuna.storages.BaseStorage | str,
     trials: int,
     protocol: Protocol | None = None,
+    patience: int = 0,
+    records: RecordLog | None = None,
 ) -> TableEntry:
-    """Run (or resume) the study of ``key`` up to ``trials`` completed trials; return its entry."""
+    """Run (or resume) the study of ``key`` up to ``trials`` completed trials (or until the best has not
+    improved for ``patience`` trials, when > 0); return its entry."""
     protocol = protocol or Protocol()
     soc = load_soc(key.soc)
     space = SearchSpace(soc, key.dtype, key.reduction, key.weight, key.pos_weight, key.wrt)
@@ -198,7 +231,10 @@ def tune(
         # several workers share the study: stop when the study, not this worker, has enough trials
         enough = optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE, TrialState.RUNNING))
         study.optimize(
-            _objective(key, space, backend, study, protocol), n_trials=remaining, catch=(), callbacks=[enough]
+            _objective(key, space, backend, study, protocol, records),
+            n_trials=remaining,
+            catch=(MeasurementError,),
+            callbacks=[enough] + ([_Patience(patience)] if patience > 0 else []),
         )
     best, tuned_us, spread_us = confirm_winner(study, key, space, backend, protocol)
     seed_tiling = seed_default_tiling(key, soc)

@@ -16,6 +16,7 @@ from tiling_model import SocProfile, load_soc, valid_combinations
 from tiling_model.tables import TuningTable, kernel_source_hash, write_table
 from tuner.backends import Backend
 from tuner.protocol import Protocol
+from tuner.records import RecordLog
 from tuner.study import StudyKey, tune
 
 #: Representative element counts: powers of four from 1 Ki to 1 Gi elements.
@@ -75,6 +76,8 @@ def run_sweep(
     out: Path | None,
     progress: bool = True,
     protocol: Protocol | None = None,
+    patience: int = 0,
+    records: RecordLog | None = None,
 ) -> TuningTable:
     if not keys:
         raise ValueError("nothing to tune: no supported (dtype, reduction) combination selected")
@@ -88,7 +91,7 @@ def run_sweep(
         bar.set_postfix_str(
             f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/{key.wrt}/pw_{key.pos_weight}/n={key.size}"
         )
-        entries.append(tune(key, backend, storage, trials, protocol))
+        entries.append(tune(key, backend, storage, trials, protocol, patience, records))
     table = TuningTable(
         soc=soc.name,
         soc_profile_hash=soc.profile_hash,
