@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep bench-model bench-search bench-service soak-service clean
+.PHONY: run test lint sweep bench-model bench-search bench-regret bench-service soak-service clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ bench-model: $(STAMP)
 # Search efficiency: model-seeded TPE vs plain TPE vs random, on the noisy model backend.
 bench-search: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py
+
+# Regret of the shipped tables on held-out sizes against the exhaustive best (model backend).
+bench-regret: $(STAMP)
+	$(PY) benchmarks/bucket_regret.py
 
 # Service load benchmark (wrk from Debian's packages): throughput and latency, side by side with a trivial POST.
 bench-service: $(STAMP)
