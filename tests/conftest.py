@@ -1,9 +1,25 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=150, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def compile_cpp_driver(source: str, out_dir: Path) -> Path:
+    """Build tests/cpp/<source> against kernel/op_host with g++ (strict warnings); skip without g++."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ not installed")
+    root = Path(__file__).resolve().parents[1]
+    exe = Path(out_dir) / Path(source).stem
+    flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", str(root / "kernel" / "op_host")]
+    subprocess.run([cxx, *flags, str(root / "tests" / "cpp" / source), "-o", str(exe)], check=True)
+    return exe

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import compile_cpp_driver
 
 from tiling_model import TilingError, TilingParams, UnsupportedError, compute_tiling, known_socs, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
@@ -20,27 +20,7 @@ REDUCTIONS = list(REDUCTION_ID)
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("g++ not installed")
-    exe = tmp_path_factory.mktemp("core") / "driver"
-    subprocess.run(
-        [
-            cxx,
-            "-std=c++17",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-I",
-            str(ROOT / "kernel" / "op_host"),
-            str(ROOT / "tests" / "cpp" / "tiling_core_driver.cpp"),
-            "-o",
-            str(exe),
-        ],
-        check=True,
-    )
-    return exe
+    return compile_cpp_driver("tiling_core_driver.cpp", tmp_path_factory.mktemp("core"))
 
 
 def random_cases(count: int, seed: int) -> list[dict]:

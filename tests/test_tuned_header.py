@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import compile_cpp_driver
 
 from service.config import SHIPPED_TABLES
 from tiling_model import TilingParams, compute_tiling, load_soc
@@ -26,27 +26,7 @@ def test_committed_header_is_current() -> None:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("g++ not installed")
-    exe = tmp_path_factory.mktemp("lookup") / "driver"
-    subprocess.run(
-        [
-            cxx,
-            "-std=c++17",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-I",
-            str(ROOT / "kernel" / "op_host"),
-            str(ROOT / "tests" / "cpp" / "tuned_lookup_driver.cpp"),
-            "-o",
-            str(exe),
-        ],
-        check=True,
-    )
-    return exe
+    return compile_cpp_driver("tuned_lookup_driver.cpp", tmp_path_factory.mktemp("lookup"))
 
 
 def test_cpp_lookup_and_tiling_equal_python_for_every_entry_and_random_sizes(driver: Path) -> None:
