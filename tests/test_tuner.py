@@ -245,3 +245,17 @@ def test_a_failing_measurement_fails_its_trial_and_the_sweep_goes_on(storage) ->
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert failed and all(t.user_attrs["error"] == "kernel timed out after 5 s" for t in failed)
     assert e.params["core_num"] % 2 == 0
+
+
+def test_report_writes_markdown_and_png(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "tuner", "report", "--soc", "Ascend310B1", "--out-dir", str(tmp_path), "--regret", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "report-Ascend310B1.md").read_text()
+    assert "## Speedup of tuned over the seed default" in md and "## Regret on held-out sizes" in md
+    assert "| 1024 |" in md and "completed trials over 242 studies" in md
+    assert (tmp_path / "speedup-Ascend310B1.png").read_bytes()[:4] == b"\x89PNG"

@@ -17,6 +17,7 @@ from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.protocol import Protocol
 from tuner.records import RecordLog
+from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, run_sweep, sweep_keys
 
@@ -75,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--table", type=Path, help="table path (default: the shipped one)")
     r.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
     r.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
+    r.add_argument("--out-dir", type=Path, help="also write report-<SOC>.md and speedup-<SOC>.png here")
+    r.add_argument("--regret", type=int, default=0, help="with --out-dir: held-out sizes to measure regret on")
     x = sub.add_parser("export-header", help="write the tables as a C++ header for the host tiling")
     x.add_argument("--tables", type=Path, default=TABLES_DIR, help="directory of <SoC>.json tables")
     x.add_argument("--out", type=Path, default=HEADER_PATH)
@@ -115,7 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "report":
         try:
-            report(args.table or TABLES_DIR / f"{args.soc}.json", args.dtypes, args.reductions)
+            path = args.table or TABLES_DIR / f"{args.soc}.json"
+            report(path, args.dtypes, args.reductions)
+            if args.out_dir:
+                print(f"wrote {write_report(load_table(path), args.out_dir, args.regret)}")
         except TableError as e:
             print(f"python -m tuner: error: {e}", file=sys.stderr)
             return 2
