@@ -36,7 +36,11 @@ def open_storage(url: str = DEFAULT_STORAGE) -> optuna.storages.RDBStorage:
         path = Path(url.removeprefix("sqlite:///"))
         if path.parent and not path.parent.exists():
             raise ValueError(f"storage directory {path.parent} does not exist")
-    storage = _create(url)
+    try:
+        storage = _create(url)
+    except sqlalchemy.exc.SQLAlchemyError as e:
+        reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+        raise ValueError(f"cannot open storage {url}: {reason}") from None
     if url.startswith("sqlite"):
 
         @event.listens_for(storage.engine, "connect")
