@@ -23,7 +23,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service_load import SHAPES, lua_script, parse, start_server  # noqa: E402
 
-from tiling_model import TilingParams, compute_tiling, load_soc, validate  # noqa: E402
+from tiling_model import TilingParams, compute_tiling, element_count, load_soc, validate  # noqa: E402
 from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table  # noqa: E402
 
 VERSIONS = [
@@ -35,10 +35,7 @@ VERSIONS = [
 def table(params: dict) -> TuningTable:
     entries = []
     for shape, dtype, reduction in SHAPES:
-        n = 1
-        for d in shape:
-            n *= d
-        entries.append(TableEntry(dtype, reduction, True, "none", "logit", n, params, 1.0, 1.0, 1))
+        entries.append(TableEntry(dtype, reduction, True, "none", "logit", element_count(shape), params, 1.0, 1.0, 1))
     return TuningTable(
         "Ascend910B2",
         load_soc("Ascend910B2").profile_hash,

@@ -16,10 +16,9 @@ from service.logs import LOGGER, event
 from tiling_model import TilingData, TilingParams, compute_tiling, load_soc, predict_detail, validate
 from tiling_model.search import model_best
 from tiling_model.tables import TuningTable, kernel_source_hash
-from tiling_model.tiling import TilingError, default_tile_bytes
+from tiling_model.tiling import KNOB_NAMES, TilingError, default_tile_bytes, element_count
 
 log = logging.getLogger(LOGGER)
-PARAM_NAMES = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
 CACHE_SIZE = 65536
 
 
@@ -51,7 +50,7 @@ def _response(t: TilingData, source: str, prov: dict[str, Any], given: tuple[tup
         "n": t.n,
         "params": t.params.as_dict(),
         "given": fixed,
-        "tuned": [k for k in PARAM_NAMES if k not in fixed],
+        "tuned": [k for k in KNOB_NAMES if k not in fixed],
         "tiling": t.field_dict(),
         "tiling_b64": base64.b64encode(t.to_bytes()).decode(),
         "block_dim": t.block_dim,
@@ -127,10 +126,7 @@ class TilingResolver:
         return self._tiling(q, TilingParams(**best.params.as_dict())), "model", prov
 
     def _resolve(self, q: Query) -> dict[str, Any]:
-        n = 1
-        for d in q.shape:
-            n *= d
-        tuned, source, prov = self._tuned(q, n)
+        tuned, source, prov = self._tuned(q, element_count(q.shape))
         if not q.given:
             return _response(tuned, source, prov, q.given)
         merged = tuned.params.as_dict() | dict(q.given)

@@ -25,14 +25,10 @@ class LoadedTable:
     table: TuningTable
     path: Path
     invalid: tuple[str, ...]  # entries dropped because their tiling fails validation
+    stale: tuple[str, ...]  # why the table no longer matches the running code (empty: fresh)
 
     def stale_reasons(self) -> list[str]:
-        reasons = []
-        if self.table.soc_profile_hash != load_soc(self.table.soc).profile_hash:
-            reasons.append("SoC profile changed since tuning")
-        if self.table.kernel_hash != kernel_source_hash():
-            reasons.append("kernel sources changed since tuning")
-        return reasons
+        return list(self.stale)
 
 
 @dataclass(frozen=True)
@@ -53,7 +49,7 @@ def _signature(directory: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(out)
 
 
-def _checked(table: TuningTable, path: Path) -> LoadedTable:
+def _checked(table: TuningTable, path: Path, kernel_hash: str) -> LoadedTable:
     """Drop (and log) every entry whose tiling fails validation at its tuned size."""
     soc = load_soc(table.soc)
     keep, invalid = [], []
@@ -78,7 +74,12 @@ def _checked(table: TuningTable, path: Path) -> LoadedTable:
             )
         else:
             keep.append(e)
-    return LoadedTable(replace(table, entries=tuple(keep)), path, tuple(invalid))
+    stale = []
+    if table.soc_profile_hash != soc.profile_hash:
+        stale.append("SoC profile changed since tuning")
+    if table.kernel_hash != kernel_hash:
+        stale.append("kernel sources changed since tuning")
+    return LoadedTable(replace(table, entries=tuple(keep)), path, tuple(invalid), tuple(stale))
 
 
 def load_snapshot(directory: Path) -> Snapshot:
@@ -86,6 +87,7 @@ def load_snapshot(directory: Path) -> Snapshot:
     if not directory.is_dir():
         raise TableError(f"{directory}: tables directory does not exist")
     signature = _signature(directory)
+    kernel_hash = kernel_source_hash()
     tables: dict[str, LoadedTable] = {}
     for path in sorted(directory.glob("*.json")):
         if path.stem not in known_socs():
@@ -93,7 +95,7 @@ def load_snapshot(directory: Path) -> Snapshot:
         table = load_table(path)
         if table.soc != path.stem:
             raise TableError(f"{path}: holds SoC {table.soc!r}, but the file is named for {path.stem!r}")
-        tables[table.soc] = _checked(table, path)
+        tables[table.soc] = _checked(table, path, kernel_hash)
     return Snapshot(tables, TilingResolver({s: lt.table for s, lt in tables.items()}), signature)
 
 
@@ -110,8 +112,8 @@ class TableStore:
     def __post_init__(self) -> None:
         self.snapshot = load_snapshot(self.directory)  # start-up: a bad table is fatal
         for soc, lt in self.snapshot.tables.items():
-            if lt.stale_reasons():
-                event(log, logging.WARNING, "table is stale", soc=soc, reasons=lt.stale_reasons())
+            if lt.stale:
+                event(log, logging.WARNING, "table is stale", soc=soc, reasons=list(lt.stale))
 
     def changed(self) -> bool:
         sig = _signature(self.directory)

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from tiling_model.dtypes import DTYPES, REDUCTIONS
-from tiling_model.tiling import TilingParams
+from tiling_model.tiling import KNOB_NAMES, TilingParams
 
 SCHEMA_VERSION = 3
 VariantKey = tuple[str, str, bool, str, str]  # dtype, reduction, weight, pos_weight, wrt
 TUNED_HEADER_NAME = "bce_grad_tuned_table.h"
-PARAM_NAMES = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
+PARAM_NAMES = KNOB_NAMES
 
 
 class TableError(ValueError):

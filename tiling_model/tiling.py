@@ -36,6 +36,10 @@ class TilingError(ValueError):
     """Input that cannot be turned into a tiling at all (bad shape or parameter domain)."""
 
 
+#: The four knobs, in the order every table, record and API lists them.
+KNOB_NAMES = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
+
+
 @dataclass(frozen=True)
 class TilingParams:
     """The four knobs the tuner searches; ``None`` means the scheme's default."""
@@ -185,7 +189,7 @@ def resolve_params(
     p = params or TilingParams()
     dtype = kernel.dtype
     elem = DTYPE_BYTES[dtype]
-    for name in ("block_bytes", "buffer_num", "tile_bytes", "core_num"):
+    for name in KNOB_NAMES:
         v = getattr(p, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise TilingError(f"{name} must be a positive integer, got {v!r}")

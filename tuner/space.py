@@ -17,8 +17,6 @@ from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TILE_STEP_BYTES, score_space
 from tiling_model.tiling import default_tile_bytes
 
-TILE_ROUND_BYTES = TILE_STEP_BYTES
-
 
 @dataclass(frozen=True)
 class SearchSpace:
@@ -42,8 +40,8 @@ class SearchSpace:
 
     def tile_from_fraction(self, fraction: float, buffer_num: int) -> int:
         top = self.max_tile_bytes(buffer_num)
-        tile = int(fraction * top) // TILE_ROUND_BYTES * TILE_ROUND_BYTES
-        return min(max(tile, TILE_ROUND_BYTES), top // TILE_ROUND_BYTES * TILE_ROUND_BYTES)
+        tile = int(fraction * top) // TILE_STEP_BYTES * TILE_STEP_BYTES
+        return min(max(tile, TILE_STEP_BYTES), top // TILE_STEP_BYTES * TILE_STEP_BYTES)
 
     def suggest(self, trial: optuna.Trial) -> TilingParams:
         block = trial.suggest_categorical("block_bytes", BLOCK_CHOICES)
@@ -55,12 +53,7 @@ class SearchSpace:
     def default_point(self) -> dict[str, float | int]:
         """The seed-default knobs (block 512, 2 buffers, whole-block max tile, all cores)."""
         tile = default_tile_bytes(self.kernel, self.soc, 512, 2)
-        return {
-            "block_bytes": 512,
-            "buffer_num": 2,
-            "tile_fraction": min(1.0, (tile + TILE_ROUND_BYTES / 2) / self.max_tile_bytes(2)),
-            "core_num": self.soc.aiv_cores,
-        }
+        return self.point_of(TilingParams(512, 2, tile, self.soc.aiv_cores))
 
     def point_of(self, params: TilingParams) -> dict[str, float | int]:
         """The trial parameters that reproduce ``params`` (tile as a fraction that rounds back to it)."""
@@ -68,7 +61,7 @@ class SearchSpace:
         return {
             "block_bytes": int(params.block_bytes),
             "buffer_num": bn,
-            "tile_fraction": min(1.0, (int(params.tile_bytes) + TILE_ROUND_BYTES / 2) / self.max_tile_bytes(bn)),
+            "tile_fraction": min(1.0, (int(params.tile_bytes) + TILE_STEP_BYTES / 2) / self.max_tile_bytes(bn)),
             "core_num": int(params.core_num),
         }
 

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 from tiling_model import SocProfile, TilingData, TilingParams, compute_tiling, load_soc, predict, validate
 from tiling_model.tables import TableEntry
+from tiling_model.tiling import KNOB_NAMES
 from tuner.backends import Backend, MeasurementError
 from tuner.protocol import Protocol, measure, remeasure_interleaved, statistically_tied
 from tuner.records import RecordLog
@@ -54,14 +55,13 @@ def _params_of(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
 
 
 DUPLICATE_WAIT_S = 120.0
-KNOBS = ("block_bytes", "buffer_num", "tile_bytes", "core_num")
 
 
 def _same_config(study: optuna.Study, number: int, real: tuple[int, int, int, int]) -> optuna.trial.FrozenTrial | None:
     """A completed trial with this configuration, else a running one (lowest number first), else None."""
     found = None
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
-        if t.number == number or not all(k in t.user_attrs for k in KNOBS) or _params_of(t) != real:
+        if t.number == number or not all(k in t.user_attrs for k in KNOB_NAMES) or _params_of(t) != real:
             continue
         if t.state == TrialState.COMPLETE:
             return t
@@ -87,7 +87,7 @@ def _objective(  # noqa: ANN202
         if violations:
             raise InvalidConfiguration(f"{key}: {params} -> {[v.kind for v in violations]}")
         real = (t.params.block_bytes, t.params.buffer_num, t.params.tile_bytes, t.params.core_num)
-        for name, value in zip(("block_bytes", "buffer_num", "tile_bytes", "core_num"), real, strict=True):
+        for name, value in zip(KNOB_NAMES, real, strict=True):
             trial.set_user_attr(name, value)
         # A configuration already measured in this study is not measured again; one another worker is
         # measuring right now is waited for (the lower trial number measures, so two never wait on each other).
@@ -238,7 +238,7 @@ def tune(
         )
     best, tuned_us, spread_us = confirm_winner(study, key, space, backend, protocol)
     seed_tiling = seed_default_tiling(key, soc)
-    params = dict(zip(("block_bytes", "buffer_num", "tile_bytes", "core_num"), _params_of(best), strict=True))
+    params = dict(zip(KNOB_NAMES, _params_of(best), strict=True))
     return TableEntry(
         dtype=key.dtype,
         reduction=key.reduction,
