@@ -261,3 +261,13 @@ def test_report_writes_markdown_and_png(tmp_path: Path) -> None:
     assert "## Speedup of tuned over the seed default" in md and "## Regret on held-out sizes" in md
     assert "| 1024 |" in md and "completed trials over 242 studies" in md
     assert (tmp_path / "speedup-Ascend310B1.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_refuses_a_negative_regret_count(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "tuner", "report", "--soc", "Ascend910B2", "--out-dir", str(tmp_path), "--regret", "-5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "expected a positive integer, got '-5'" in r.stderr

@@ -47,6 +47,10 @@ def _weights(text: str) -> list[bool]:
     return [x == "true" for x in _csv(("true", "false"))(text)]
 
 
+def _non_negative(text: str) -> int:
+    return 0 if text.strip() == "0" else positive_int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m tuner", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -77,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
     r.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
     r.add_argument("--out-dir", type=Path, help="also write report-<SOC>.md and speedup-<SOC>.png here")
-    r.add_argument("--regret", type=int, default=0, help="with --out-dir: held-out sizes to measure regret on")
+    r.add_argument("--regret", type=_non_negative, default=0, help="with --out-dir: held-out sizes for regret")
     x = sub.add_parser("export-header", help="write the tables as a C++ header for the host tiling")
     x.add_argument("--tables", type=Path, default=TABLES_DIR, help="directory of <SoC>.json tables")
     x.add_argument("--out", type=Path, default=HEADER_PATH)
