@@ -28,7 +28,8 @@ lint: $(STAMP)
 # Re-tune every shipped table with the cost-model backend, then re-export the C++ header (README "Tune").
 sweep: $(STAMP)
 	for soc in Ascend910B1 Ascend910B2 Ascend910B3 Ascend910B4 Ascend310B1; do \
-		$(PY) -m tuner sweep --soc $$soc --trials 12 --storage sqlite:///bcetune-sweep.db || exit 1; done
+		$(PY) -m tuner sweep --soc $$soc --trials 12 --pos-weights none,full,last_dim --wrts logit,probability \
+			--storage sqlite:///bcetune-sweep.db || exit 1; done
 	$(PY) -m tuner export-header
 
 # Cost-model speed (single prediction, whole-space scoring): a benchmark, not a test.

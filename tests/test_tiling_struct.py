@@ -24,7 +24,7 @@ int main() {
     std::printf("sizeof %zu 0\n", sizeof t);
     F(totalLength) F(smallCoreDataNum) F(bigCoreDataNum) F(finalBigTileNum) F(finalSmallTileNum)
     F(tileDataNum) F(smallTailDataNum) F(bigTailDataNum) F(tailBlockNum) F(reduction)
-    F(lastCoreDataNum) F(lastCoreTileNum) F(lastCoreTailDataNum) F(scaleBits) F(posWeightClasses)
+    F(lastCoreDataNum) F(lastCoreTileNum) F(lastCoreTailDataNum) F(scaleBits) F(posWeightClasses) F(tilingKey)
     return 0;
 }
 """

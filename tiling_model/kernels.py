@@ -19,6 +19,10 @@ MAX_BUFFERS_PER_POSITION = 8
 #: The seed's sum/mean kernel keeps the scalar grad in a 16-element queue.
 SEED_SCALAR_QUEUE_ELEMS = 16
 POS_WEIGHT_FORMS = ("none", "full", "last_dim")
+#: Staging buffer (elements) through which a core writes its periodic pos_weight row.
+LAST_DIM_STAGE_ELEMS = 512
+#: Row copies shorter than this are replicated in UB first, so small C costs few DMAs.
+LAST_DIM_SUPER_ELEMS = 256
 WRT_FORMS = ("logit", "probability")
 
 #: Cycles per 256-B repeat on one 910B1 AIV, fp32 unless the key says otherwise (MSKPP,
@@ -149,12 +153,16 @@ def bce_grad_kernel(
 
     ``seed``: the requirement's kernel: four VECIN queues and one VECOUT queue of full tiles
     (grad becomes a 16-element queue for sum/mean; weight is always read), computed natively.
-    ``exact``: bcetune's kernel: absent inputs are not read, a scalar grad is read once with no
-    queue, half types compute in float32. wrt="logit":
-    ``z = w*g*((pw*y + 1 - y)*p - pw*y)`` (``w*g*(p - y)`` without pos_weight); wrt="probability":
-    ``z = w*g*(p - y) / max(p*(1 - p), 1e-12)``. pos_weight "full" is one more stream;
-    "last_dim" (shape [C]) keeps the row of C values in UB and gathers it per tile
-    (provisional: the kernel issue fixes how the kernel reads it).
+    ``exact``: bcetune's kernel (``kernel/op_kernel/bce_grad.h``), instruction for instruction:
+    absent inputs are not read, a scalar grad is read once with no queue, half types compute in
+    float32 in two or three TBuf temporaries, float32 and ints compute in place in the input
+    tiles. wrt="logit": ``z = w*g*((pw*y + 1 - y)*p - pw*y)`` (``w*g*(p - y)`` without
+    pos_weight); wrt="probability": ``z = w*g*(p - y) / max(p*(1 - p), 1e-12)`` (floats only).
+    pos_weight "full" is one more stream; "last_dim" (shape [C]) is one more stream too: each
+    core first writes the periodic row ``pw[k % C]`` into its workspace (through a staging
+    buffer of ``LAST_DIM_STAGE_ELEMS``), then reads each tile's window from there with
+    byte-granular DataCopyPad (that prologue is not in the simulator; it is L2-resident).
+    ``classes`` only checks C >= 1: UB use does not depend on C.
     """
     elem = DTYPE_BYTES[dtype]
     if pos_weight not in POS_WEIGHT_FORMS:
@@ -173,28 +181,24 @@ def bce_grad_kernel(
         return ElementwiseKernel("bce_grad/seed", dtype, full, ("z",), scalar, ops, 0, scalar_q)
     if pos_weight != "none" and wrt == "probability":
         raise ValueError("pos_weight applies to wrt='logit' only (the probability gradient has no pos_weight term)")
+    if wrt == "probability" and dtype not in FLOAT_DTYPES:
+        raise ValueError("wrt='probability' needs a float dtype (A2 has no integer Div)")
+    if pos_weight == "last_dim" and classes < 1:
+        raise ValueError("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
     widen = dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem
     full = (["grad"] if reduction == "none" else []) + ["logits", "labels"]
     full += ["weight"] if weight else []
-    full += ["pos_weight"] if pos_weight == "full" else []
+    full += ["pos_weight"] if pos_weight != "none" else []
     ops: list[VectorOp] = [VectorOp("cast", 4)] * len(full) if widen else []
-    temps = 2 if widen else 0
-    row = 0
-    if pos_weight == "last_dim":
-        if classes < 1:
-            raise ValueError("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
-        row = classes * work
-        # per tile: advance the gather offsets (adds, compare, select), then gather the row
-        ops += [VectorOp("adds", 4), VectorOp("compare", 4), VectorOp("select", 4), VectorOp("gather", 4)]
-        temps += 1 + (4 // work if work < 4 else 1)  # gathered pos_weight + int32 offsets
+    temps = 2 if widen else 0  # A = float(p), B = float(y) / scratch for the later casts
     if pos_weight != "none":
-        # coef = (pw - 1) * y + 1; t = coef * p - pw * y
-        ops += [VectorOp(o, work) for o in ("adds", "mul", "adds", "mul", "mul", "sub")]
-        temps += 1
+        # pw*y; pw*y - y; + 1 -> coef; coef*p; - pw*y (in place; the pw tile holds pw*y)
+        ops += [VectorOp(o, work) for o in ("mul", "sub", "adds", "mul", "sub")]
+        temps += 1 if widen else 0
     elif wrt == "probability":
-        # (p - y) / max(p * (1 - p), 1e-12)
-        ops += [VectorOp(o, work) for o in ("sub", "muls", "adds", "mul", "maxs", "div")]
+        # C = max(p*(1 - p), 1e-12) in a temporary; (p - y) / C
+        ops += [VectorOp(o, work) for o in ("muls", "adds", "mul", "maxs", "sub", "div")]
         temps += 1
     else:
         ops.append(VectorOp("sub", work))
@@ -203,6 +207,7 @@ def bce_grad_kernel(
         ops.append(VectorOp("mul", work))
     if widen:
         ops.append(VectorOp("cast_f32_f16" if dtype == "float16" else "cast", 4))
+    row = LAST_DIM_STAGE_ELEMS * elem if pos_weight == "last_dim" else 0
     scalar = () if reduction == "none" else ("grad",)
     name = f"bce_grad/{wrt}" + (f"/pw_{pos_weight}" if pos_weight != "none" else "")
     return ElementwiseKernel(name, dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row)

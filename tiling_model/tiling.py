@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, check_combination
-from tiling_model.kernels import POS_WEIGHT_FORMS, WRT_FORMS, ElementwiseKernel, bce_grad_kernel
+from tiling_model.kernels import (
+    LAST_DIM_SUPER_ELEMS,
+    POS_WEIGHT_FORMS,
+    WRT_FORMS,
+    ElementwiseKernel,
+    bce_grad_kernel,
+)
 from tiling_model.soc import SocProfile, load_soc
 
 Scheme = Literal["seed", "exact"]
@@ -69,7 +75,7 @@ class TilingFields:
     """The kernel's tiling struct, field for field and in order (all int64).
 
     Mirrors ``kernel/op_kernel/bce_grad_tiling_data.h``; a test checks the two agree.
-    The first ten fields are the requirement's, the last five are bcetune's additions.
+    The first ten fields are the requirement's, the last six are bcetune's additions.
     """
 
     totalLength: int
@@ -87,6 +93,7 @@ class TilingFields:
     lastCoreTailDataNum: int
     scaleBits: int  # IEEE-754 float32 bits of the grad scale: 1/N for mean, 1.0 otherwise
     posWeightClasses: int  # C of a last-dim pos_weight ([C]), else 0
+    tilingKey: int = 0  # the variant key the kernel dispatches on (see ``tiling_key``)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -118,6 +125,15 @@ class TilingData:
     @property
     def elem_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def workspace_bytes(self) -> int:
+        """GM workspace the kernel needs: a last-dim pos_weight's periodic row, per core."""
+        if self.pos_weight != "last_dim" or self.block_dim == 0:
+            return 0
+        f = self.fields
+        elems = f.tileDataNum + 2 * f.posWeightClasses + LAST_DIM_SUPER_ELEMS
+        return -(-elems * self.elem_bytes // 32) * 32 * self.block_dim
 
     def field_dict(self) -> dict[str, int]:
         return asdict(self.fields)
@@ -195,6 +211,9 @@ def resolve_params(
             raise TilingError(f"{name} must be a positive integer, got {v!r}")
     block = p.block_bytes if p.block_bytes is not None else SEED_BLOCK_BYTES
     bn = p.buffer_num if p.buffer_num is not None else SEED_BUFFER_NUM
+    if p.buffer_num is None and scheme == "exact":
+        # double buffering unless the queue limit forbids it (five VECIN queues allow one buffer)
+        bn = max([b for b in kernel.allowed_buffer_nums() if b <= SEED_BUFFER_NUM] or [1])
     if block % 32:
         raise TilingError(f"block_bytes={block} is not a multiple of 32 (the UB block and GM copy unit)")
     if p.tile_bytes is None:
@@ -278,10 +297,11 @@ def tile_kernel(
     build = _seed_fields if scheme == "seed" else _exact_fields
     f, block_dim = build(n, kernel.elem_bytes, rp, reduction, classes)
     base = key_base if key_base is not None else tiling_key(reduction, kernel.dtype, False, 0)
+    key = base + 1000 * rp.buffer_num
     return TilingData(
-        fields=f,
+        fields=replace(f, tilingKey=key),
         block_dim=block_dim,
-        tiling_key=base + 1000 * rp.buffer_num,
+        tiling_key=key,
         scheme=scheme,
         soc=profile.name,
         shape=tuple(shape),

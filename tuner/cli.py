@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
     s.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
     s.add_argument("--weights", type=_weights, default=[True, False], help="true,false (weight input present)")
-    s.add_argument("--pos-weights", type=_csv(("none", "full")), default=["none"], help="none,full")
+    s.add_argument(
+        "--pos-weights", type=_csv(("none", "full", "last_dim")), default=["none"], help="none,full,last_dim"
+    )
     s.add_argument("--wrts", type=_csv(("logit", "probability")), default=["logit"], help="logit,probability")
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
     s.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, help="completed trials per study")

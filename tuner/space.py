@@ -15,7 +15,7 @@ import optuna
 from tiling_model import SocProfile, TilingParams
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TILE_STEP_BYTES, score_space
-from tiling_model.tiling import default_tile_bytes
+from tiling_model.tiling import resolve_params
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class SearchSpace:
 
     @property
     def kernel(self) -> ElementwiseKernel:
-        return bce_grad_kernel(self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt)
+        # a last-dim pos_weight's UB use does not depend on C; 1 stands for any C
+        return bce_grad_kernel(self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt, classes=1)
 
     @property
     def buffer_choices(self) -> tuple[int, ...]:
@@ -51,9 +52,10 @@ class SearchSpace:
         return TilingParams(block, bn, self.tile_from_fraction(frac, bn), cores)
 
     def default_point(self) -> dict[str, float | int]:
-        """The seed-default knobs (block 512, 2 buffers, whole-block max tile, all cores)."""
-        tile = default_tile_bytes(self.kernel, self.soc, 512, 2)
-        return self.point_of(TilingParams(512, 2, tile, self.soc.aiv_cores))
+        """The default knobs (block 512, 2 buffers where the queue limit allows, whole-block max
+        tile, all cores): what ``compute_tiling`` uses when no knob is given."""
+        p = resolve_params(None, self.kernel, self.soc, "exact")
+        return self.point_of(TilingParams(p.block_bytes, p.buffer_num, p.tile_bytes, p.core_num))
 
     def point_of(self, params: TilingParams) -> dict[str, float | int]:
         """The trial parameters that reproduce ``params`` (tile as a fraction that rounds back to it)."""

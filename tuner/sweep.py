@@ -13,6 +13,7 @@ import optuna
 from tqdm import tqdm
 
 from tiling_model import SocProfile, load_soc, valid_combinations
+from tiling_model.dtypes import FLOAT_DTYPES
 from tiling_model.tables import TuningTable, kernel_source_hash, write_table
 from tuner.backends import Backend
 from tuner.protocol import Protocol
@@ -35,8 +36,8 @@ def sweep_keys(
     pos_weights: Iterable[str] = ("none",),
     wrts: Iterable[str] = ("logit",),
 ) -> list[StudyKey]:
-    """Every supported key; unsupported combinations (int sum/mean, pos_weight with wrt=probability)
-    are skipped, not tuned."""
+    """Every supported key; unsupported combinations (int sum/mean, pos_weight with wrt=probability,
+    int with wrt=probability) are skipped, not tuned."""
     wanted_d, wanted_r = set(dtypes), set(reductions)
     combos = [(d, r) for d, r in valid_combinations() if d in wanted_d and r in wanted_r]
     variants = [(p, w) for w in wrts for p in pos_weights if p == "none" or w == "logit"]
@@ -44,6 +45,7 @@ def sweep_keys(
         StudyKey(soc, d, r, w, s, p, wrt)
         for d, r in combos
         for p, wrt in variants
+        if wrt == "logit" or d in FLOAT_DTYPES
         for w in weights
         for s in sorted(set(sizes))
     ]

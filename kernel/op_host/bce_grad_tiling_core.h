@@ -56,6 +56,9 @@ constexpr int64_t kSeedBufferNum = 2;
 constexpr int64_t kSeedUbDataNumber = 5;
 constexpr int64_t kSeedScalarQueueElems = 16;
 constexpr uint64_t kU32 = 0xFFFFFFFFull;
+constexpr int64_t kMaxBuffersPerPosition = 8;  // TQue buffers per TPosition on A2/310B
+constexpr int64_t kLastDimStageElems = 512;  // staging buffer of the pos_weight row copy
+constexpr int64_t kLastDimSuperElems = 256;  // rows shorter than this are replicated in UB first
 
 inline int64_t DtypeBytes(Dtype d) { return (d == Dtype::Float32 || d == Dtype::Int32) ? 4 : 2; }
 inline bool IsFloat(Dtype d) { return d == Dtype::Float32 || d == Dtype::Float16 || d == Dtype::BFloat16; }
@@ -110,22 +113,34 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
         *err = "pos_weight applies to wrt='logit' only";
         return Status::Unsupported;
     }
+    if (v.wrt == Wrt::Probability && !IsFloat(v.dtype)) {
+        *err = "wrt='probability' needs a float dtype (A2 has no integer Div)";
+        return Status::Unsupported;
+    }
     bool widen = IsFloat(v.dtype) && elem == 2;
     int64_t work = widen ? 4 : elem;
     int64_t inputs = (v.reduction == Reduction::None ? 1 : 0) + 2 + (v.weight ? 1 : 0) +
-                     (v.posWeight == PosWeight::Full ? 1 : 0);
-    int64_t temps = widen ? 2 : 0;
-    int64_t row = 0;
-    if (v.posWeight == PosWeight::LastDim) {
-        int64_t classes = v.classes > 1 ? v.classes : 1;
-        row = classes * work;
-        temps += 1 + (work < 4 ? 4 / work : 1);
+                     (v.posWeight != PosWeight::None ? 1 : 0);
+    int64_t temps = widen ? 2 : 0;  // A = float(p), B = float(y)
+    if (v.posWeight != PosWeight::None) {
+        temps += widen ? 1 : 0;  // C = float(pw); native types compute in the pw tile
+    } else if (v.wrt == Wrt::Probability) {
+        temps += 1;  // C = max(p*(1-p), 1e-12)
     }
-    if (v.posWeight != PosWeight::None || v.wrt == Wrt::Probability) {
-        temps += 1;
-    }
+    int64_t row = v.posWeight == PosWeight::LastDim ? kLastDimStageElems * elem : 0;
     *plan = {inputs, 1, elem, temps * work, 0, row};
     return Status::Ok;
+}
+
+/** GM workspace of a last-dim pos_weight: each core's periodic row pw[k % C], k < tile + 2C + 256. */
+inline int64_t LastDimWorkspaceElems(int64_t tileElems, int64_t classes) {
+    return tileElems + 2 * classes + kLastDimSuperElems;
+}
+
+inline int64_t WorkspaceBytes(const Variant& v, const TilingResult& r) {
+    if (v.posWeight != PosWeight::LastDim || r.blockDim == 0) return 0;
+    int64_t perCore = RoundUp(LastDimWorkspaceElems(r.data.tileDataNum, v.classes) * DtypeBytes(v.dtype), 32);
+    return perCore * r.blockDim;
 }
 
 inline int64_t TilingKey(const Variant& v, int64_t bufferNum) {
@@ -161,6 +176,12 @@ inline Status ResolveKnobs(const Knobs& in, const BufferPlan& plan, const Platfo
     Knobs k;
     k.blockBytes = in.blockBytes ? in.blockBytes : kSeedBlockBytes;
     k.bufferNum = in.bufferNum ? in.bufferNum : kSeedBufferNum;
+    if (!in.bufferNum && scheme == Scheme::Exact) {
+        // double buffering unless the queue limit forbids it (five VECIN queues allow one buffer)
+        int64_t queues = plan.fullInputs + (plan.scalarQueueBytes ? 1 : 0);
+        queues = queues > plan.outputs ? queues : plan.outputs;
+        while (k.bufferNum > 1 && queues * k.bufferNum > kMaxBuffersPerPosition) --k.bufferNum;
+    }
     if (k.blockBytes % 32) {
         *err = "block_bytes is not a multiple of 32";
         return Status::BadParam;
@@ -284,6 +305,7 @@ inline Status ComputeTiling(int64_t n, const Variant& v, const Knobs& knobs, con
         ExactFields(n, plan.elemBytes, out->knobs, v, out);
     }
     out->tilingKey = TilingKey(v, out->knobs.bufferNum);
+    out->data.tilingKey = out->tilingKey;
     return Status::Ok;
 }
 

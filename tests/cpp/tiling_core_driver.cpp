@@ -33,9 +33,9 @@ int main() {
         const int64_t* f = reinterpret_cast<const int64_t*>(&r.data);
         std::printf("ok");
         for (size_t i = 0; i < sizeof(r.data) / sizeof(int64_t); ++i) std::printf(" %lld", (long long)f[i]);
-        std::printf(" %lld %lld %lld %lld %lld %lld\n", (long long)r.blockDim, (long long)r.tilingKey,
+        std::printf(" %lld %lld %lld %lld %lld %lld %lld\n", (long long)r.blockDim, (long long)r.tilingKey,
                     (long long)r.knobs.blockBytes, (long long)r.knobs.bufferNum, (long long)r.knobs.tileBytes,
-                    (long long)r.knobs.coreNum);
+                    (long long)r.knobs.coreNum, (long long)bce_grad::WorkspaceBytes(v, r));
     }
     return 0;
 }
