@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,10 @@ def compile_cpp_driver(source: str, out_dir: Path) -> Path:
     flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", str(root / "kernel" / "op_host")]
     subprocess.run([cxx, *flags, str(root / "tests" / "cpp" / source), "-o", str(exe)], check=True)
     return exe
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many golden kernel cases ran in the CPU twin (for the README and closing notes)."""
+    mod = sys.modules.get("test_kernel_golden") or sys.modules.get("tests.test_kernel_golden")
+    if mod is not None:
+        terminalreporter.write_line(f"kernel golden cases run in the CPU twin: {mod.GOLDEN_CASES['count']}")

@@ -20,7 +20,7 @@ MAX_BUFFERS_PER_POSITION = 8
 SEED_SCALAR_QUEUE_ELEMS = 16
 POS_WEIGHT_FORMS = ("none", "full", "last_dim")
 #: Staging buffer (elements) through which a core writes its periodic pos_weight row.
-LAST_DIM_STAGE_ELEMS = 512
+LAST_DIM_STAGE_ELEMS = 768
 #: Row copies shorter than this are replicated in UB first, so small C costs few DMAs.
 LAST_DIM_SUPER_ELEMS = 256
 WRT_FORMS = ("logit", "probability")
@@ -62,7 +62,8 @@ class ElementwiseKernel:
     ops: tuple[VectorOp, ...] = ()  # vector instructions per tile
     temp_bytes_per_elem: int = 0  # TBuf bytes per tile element (compute-dtype temporaries)
     scalar_queue_bytes: int = 0  # a small VECIN queue per buffer (the seed's grad scalar)
-    row_bytes: int = 0  # bytes read once per core and kept in UB (a pos_weight row)
+    row_bytes: int = 0  # a per-core staging TBuf (the last-dim pos_weight row copy)
+    temp_buffers: int = 0  # TBufs the temporaries are split into (each rounded up to 32 B)
 
     @property
     def elem_bytes(self) -> int:
@@ -91,7 +92,12 @@ class ElementwiseKernel:
     def ub_bytes(self, tile_bytes: int, buffer_num: int) -> int:
         """UB bytes InitBuffer asks for (each buffer rounded up to 32 B, as TPipe does)."""
         queues = self.streams * buffer_num * _round_up(tile_bytes, 32)
-        temps = _round_up(self.temp_bytes_per_elem * (tile_bytes // self.elem_bytes), 32)
+        elems = tile_bytes // self.elem_bytes
+        if self.temp_buffers:
+            per = self.temp_bytes_per_elem // self.temp_buffers
+            temps = self.temp_buffers * _round_up(per * elems, 32)
+        else:
+            temps = _round_up(self.temp_bytes_per_elem * elems, 32)
         return queues + temps + self._fixed_ub(buffer_num)
 
     def max_tile_bytes(self, ub_budget: int, buffer_num: int) -> int:
@@ -137,6 +143,7 @@ def elementwise_kernel(
         scalar_inputs=tuple(f"s{i}" for i in range(scalars)),
         ops=tuple(seq),
         temp_bytes_per_elem=2 * 4 if widen else 0,
+        temp_buffers=2 if widen else 0,
     )
 
 
@@ -210,4 +217,4 @@ def bce_grad_kernel(
     row = LAST_DIM_STAGE_ELEMS * elem if pos_weight == "last_dim" else 0
     scalar = () if reduction == "none" else ("grad",)
     name = f"bce_grad/{wrt}" + (f"/pw_{pos_weight}" if pos_weight != "none" else "")
-    return ElementwiseKernel(name, dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row)
+    return ElementwiseKernel(name, dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps)

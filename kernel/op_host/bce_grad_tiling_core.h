@@ -57,7 +57,7 @@ constexpr int64_t kSeedUbDataNumber = 5;
 constexpr int64_t kSeedScalarQueueElems = 16;
 constexpr uint64_t kU32 = 0xFFFFFFFFull;
 constexpr int64_t kMaxBuffersPerPosition = 8;  // TQue buffers per TPosition on A2/310B
-constexpr int64_t kLastDimStageElems = 512;  // staging buffer of the pos_weight row copy
+constexpr int64_t kLastDimStageElems = 768;  // staging buffer of the pos_weight row copy
 constexpr int64_t kLastDimSuperElems = 256;  // rows shorter than this are replicated in UB first
 
 inline int64_t DtypeBytes(Dtype d) { return (d == Dtype::Float32 || d == Dtype::Int32) ? 4 : 2; }
@@ -72,6 +72,7 @@ struct BufferPlan {
     int64_t tempBytesPerElem;
     int64_t scalarQueueBytes;
     int64_t rowBytes;
+    int64_t tempBuffers;  // TBufs the temporaries are split into (each rounded up to 32 B)
 
     int64_t Streams() const { return fullInputs + outputs; }
     int64_t FixedUb(int64_t bufferNum) const {
@@ -80,7 +81,9 @@ struct BufferPlan {
     }
     int64_t UbBytes(int64_t tileBytes, int64_t bufferNum) const {
         int64_t queues = Streams() * bufferNum * RoundUp(tileBytes, 32);
-        int64_t temps = RoundUp(tempBytesPerElem * (tileBytes / elemBytes), 32);
+        int64_t elems = tileBytes / elemBytes;
+        int64_t temps = tempBuffers ? tempBuffers * RoundUp(tempBytesPerElem / tempBuffers * elems, 32)
+                                    : RoundUp(tempBytesPerElem * elems, 32);
         return queues + temps + FixedUb(bufferNum);
     }
     int64_t MaxTileBytes(int64_t budget, int64_t bufferNum) const {
@@ -106,7 +109,7 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
             return Status::Unsupported;
         }
         bool none = v.reduction == Reduction::None;
-        *plan = {none ? 4 : 3, 1, elem, 0, none ? 0 : kSeedScalarQueueElems * elem, 0};
+        *plan = {none ? 4 : 3, 1, elem, 0, none ? 0 : kSeedScalarQueueElems * elem, 0, 0};
         return Status::Ok;
     }
     if (v.posWeight != PosWeight::None && v.wrt == Wrt::Probability) {
@@ -128,7 +131,7 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
         temps += 1;  // C = max(p*(1-p), 1e-12)
     }
     int64_t row = v.posWeight == PosWeight::LastDim ? kLastDimStageElems * elem : 0;
-    *plan = {inputs, 1, elem, temps * work, 0, row};
+    *plan = {inputs, 1, elem, temps * work, 0, row, temps};
     return Status::Ok;
 }
 

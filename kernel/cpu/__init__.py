@@ -1,0 +1,291 @@
+"""Run the real kernel source (``kernel/op_kernel``) on the CPU twin of the AscendC API.
+
+The twin (``kernel_operator.h`` and ``twin_*.h`` here) compiles the unchanged kernel with g++;
+each block index runs with its own TPipe and UB, and anything the NPU would get silently wrong
+or hang on raises :class:`KernelFault` with the twin's message (core, operation, tensor, offset).
+The shared library is built once per source hash into ``$BCETUNE_CACHE_DIR`` (default
+``~/.cache/bcetune``) and reused.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from tiling_model import TilingParams, compute_tiling, load_soc
+from tiling_model.dtypes import UnsupportedError
+from tiling_model.tiling import TilingData, TilingError
+
+DTYPES: dict[str, np.dtype] = {
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "int32": np.dtype(np.int32),
+    "int16": np.dtype(np.int16),
+}
+TENSOR_NAMES = ("grad", "logits", "labels", "weight", "pos_weight", "z", "workspace", "tiling")
+CXXFLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror")
+
+
+class KernelFault(RuntimeError):
+    """The twin caught the kernel doing what the NPU would get wrong or hang on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.kind = message[1 : message.index("]")] if message.startswith("[") else "fault"
+
+
+class KernelBuildError(RuntimeError):
+    """The kernel source did not compile against the twin (the compiler's message follows)."""
+
+
+def _sources() -> list[Path]:
+    root = Path(str(resources.files("kernel")))
+    files = sorted((root / "cpu").glob("*.h")) + sorted((root / "cpu").glob("*.cpp"))
+    return files + sorted((root / "op_kernel").glob("*.h")) + sorted((root / "op_kernel").glob("*.cpp"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("BCETUNE_CACHE_DIR") or Path.home() / ".cache" / "bcetune")
+
+
+def source_hash(cxx: str) -> str:
+    """Hash of every source the twin library is built from, the compiler and the flags."""
+    h = hashlib.sha256()
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
+    h.update(version.encode())
+    h.update(" ".join(CXXFLAGS).encode())
+    for f in _sources():
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def compile_twin(entry: Path, out: Path, extra: tuple[str, ...] = ()) -> None:
+    """g++ ``entry`` (which includes the kernel and the twin) into the shared library ``out``."""
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    if cxx is None:
+        raise KernelBuildError("no C++ compiler: install g++ (or set CXX) to run the kernel on the CPU twin")
+    root = Path(str(resources.files("kernel")))
+    cmd = [cxx, *CXXFLAGS, *extra, "-I", str(root / "cpu"), "-I", str(root / "op_kernel"), str(entry), "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise KernelBuildError(f"compiling {entry.name} against the CPU twin failed:\n{proc.stderr.strip()}")
+
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+
+
+def library() -> ctypes.CDLL:
+    """The twin library for the current sources: built on first use, then loaded from the cache."""
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        cxx = shutil.which(os.environ.get("CXX", "g++")) or "g++"
+        path = cache_dir() / f"bce_grad_twin-{source_hash(cxx)}.so"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+                tmp_out = Path(tmp) / path.name
+                compile_twin(Path(str(resources.files("kernel"))) / "cpu" / "twin_entry.cpp", tmp_out)
+                os.replace(tmp_out, path)  # atomic: concurrent builders agree on the result
+        lib = ctypes.CDLL(str(path))
+        lib.bce_twin_run.restype = ctypes.c_int
+        lib.bce_twin_run.argtypes = [
+            ctypes.POINTER(_Tensor),
+            ctypes.c_int,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.c_int64,
+            ctypes.POINTER(_Stats),
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.c_char_p,
+            ctypes.c_uint64,
+        ]
+        _lib = lib
+        return lib
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_uint64),
+        ("elem_bytes", ctypes.c_uint64),
+    ]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [("ub_peak", ctypes.c_uint64), ("ub_peak_min", ctypes.c_uint64), ("vector_elems", ctypes.c_uint64)]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one launch did: UB the cores allocated, and bytes each GM tensor saw."""
+
+    ub_peak: int
+    ub_peak_min: int
+    bytes_read: dict[str, int]
+    bytes_written: dict[str, int]
+
+
+def run_tiling(
+    tiling: TilingData,
+    arrays: dict[str, np.ndarray | None],
+    out: np.ndarray,
+    *,
+    cores: list[int] | None = None,
+    threads: int | None = None,
+) -> RunResult:
+    """Launch the kernel with ``tiling`` over contiguous ``arrays`` (grad, logits, labels, weight,
+    pos_weight) writing ``out``; ``cores`` limits the run to some block indices."""
+    soc = load_soc(tiling.soc)
+    if tiling.block_dim == 0:
+        return RunResult(0, 0, dict.fromkeys(TENSOR_NAMES, 0), dict.fromkeys(TENSOR_NAMES, 0))
+    workspace = np.zeros(max(tiling.workspace_bytes, 0), dtype=np.uint8)
+    tiling_bytes = np.frombuffer(tiling.to_bytes(), dtype=np.uint8).copy()
+    keep: list[np.ndarray | None] = [
+        arrays.get("grad"),
+        arrays.get("logits"),
+        arrays.get("labels"),
+        arrays.get("weight"),
+        arrays.get("pos_weight"),
+        out,
+        workspace if workspace.size else None,
+        tiling_bytes,
+    ]
+    tensors = (_Tensor * 8)()
+    for i, (name, a) in enumerate(zip(TENSOR_NAMES, keep, strict=True)):
+        if a is not None and not a.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous")
+        tensors[i].name = name.encode()
+        tensors[i].data = a.ctypes.data if a is not None and a.size else None
+        tensors[i].bytes = a.nbytes if a is not None else 0
+        tensors[i].elem_bytes = a.itemsize if a is not None else 1
+    which = (ctypes.c_int64 * max(len(cores or []), 1))(*(cores or [0]))
+    stats = _Stats()
+    io = (ctypes.c_uint64 * 16)()
+    err = ctypes.create_string_buffer(2048)
+    rc = library().bce_twin_run(
+        tensors,
+        8,
+        tiling.block_dim,
+        soc.ub_usable_bytes,
+        threads or os.cpu_count() or 1,
+        which,
+        len(cores or []),
+        ctypes.byref(stats),
+        io,
+        err,
+        len(err),
+    )
+    if rc != 0:
+        raise KernelFault(err.value.decode(errors="replace"))
+    return RunResult(
+        int(stats.ub_peak),
+        int(stats.ub_peak_min),
+        {n: int(io[2 * i]) for i, n in enumerate(TENSOR_NAMES)},
+        {n: int(io[2 * i + 1]) for i, n in enumerate(TENSOR_NAMES)},
+    )
+
+
+def dtype_name(a: np.ndarray) -> str:
+    for name, dt in DTYPES.items():
+        if a.dtype == dt:
+            return name
+    raise ValueError(f"unsupported dtype {a.dtype}; the kernel takes {', '.join(DTYPES)}")
+
+
+def _check_inputs(
+    grad: np.ndarray,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    weight: np.ndarray | None,
+    pos_weight: np.ndarray | None,
+    reduction: str,
+) -> tuple[str, str]:
+    """Validate shapes and dtypes as the operator defines them; returns (dtype, pos_weight form)."""
+    dtype = dtype_name(logits)
+    for name, a in (("labels", labels), ("grad", grad), ("weight", weight), ("pos_weight", pos_weight)):
+        if a is not None and a.dtype != logits.dtype:
+            raise ValueError(f"{name} is {a.dtype} but logits is {logits.dtype}: all inputs share one dtype")
+    if labels.shape != logits.shape:
+        raise ValueError(f"labels shape {labels.shape} differs from logits shape {logits.shape}")
+    if reduction == "none":
+        if grad.shape != logits.shape:
+            raise ValueError(f"reduction='none' needs grad of the input's shape {logits.shape}, got {grad.shape}")
+    elif grad.size != 1:
+        raise ValueError(f"reduction={reduction!r} takes one scalar grad, got shape {grad.shape}")
+    if weight is not None and weight.shape != logits.shape:
+        raise ValueError(f"weight shape {weight.shape} differs from logits shape {logits.shape}")
+    form = "none"
+    if pos_weight is not None:
+        if pos_weight.shape == logits.shape:
+            form = "full"
+        elif logits.ndim >= 1 and pos_weight.shape == (logits.shape[-1],):
+            form = "last_dim"
+        else:
+            last = logits.shape[-1] if logits.ndim else "?"
+            raise ValueError(
+                f"pos_weight shape {pos_weight.shape} is neither the input's shape {logits.shape} nor ({last},)"
+            )
+    return dtype, form
+
+
+def bce_grad(
+    grad: np.ndarray,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    weight: np.ndarray | None = None,
+    pos_weight: np.ndarray | None = None,
+    *,
+    reduction: str = "none",
+    wrt: str = "logit",
+    soc: str = "Ascend910B2",
+    params: TilingParams | None = None,
+    scheme: str = "exact",
+    cores: list[int] | None = None,
+) -> np.ndarray:
+    """z for one BinaryCrossEntropyGrad call, computed by the real kernel source in the twin.
+
+    The tiling comes from ``tiling_model.compute_tiling`` (``params`` fixes knobs); a twin fault
+    raises :class:`KernelFault`, bad input ``ValueError``. ``cores`` runs only those block
+    indices (the rest of z stays zero): for checking tilings of tensors too big to run whole.
+    """
+    arrays = {
+        "grad": np.ascontiguousarray(grad),
+        "logits": np.ascontiguousarray(logits),
+        "labels": np.ascontiguousarray(labels),
+        "weight": None if weight is None else np.ascontiguousarray(weight),
+        "pos_weight": None if pos_weight is None else np.ascontiguousarray(pos_weight),
+    }
+    dtype, form = _check_inputs(
+        arrays["grad"], arrays["logits"], arrays["labels"], arrays["weight"], arrays["pos_weight"], reduction
+    )
+    try:
+        tiling = compute_tiling(
+            list(arrays["logits"].shape), dtype, reduction, params, soc, scheme, weight is not None, form, wrt
+        )
+    except (TilingError, UnsupportedError) as e:
+        raise ValueError(str(e)) from None
+    out = np.zeros(arrays["logits"].shape, dtype=arrays["logits"].dtype)
+    run_tiling(tiling, arrays, out, cores=cores)
+    return out
+
+
+__all__ = ["KernelBuildError", "KernelFault", "RunResult", "bce_grad", "library", "run_tiling"]

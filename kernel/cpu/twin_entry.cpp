@@ -1,0 +1,78 @@
+/**
+ * The CPU twin's launcher: compiles the unchanged kernel source (op_kernel/bce_grad.cpp) against
+ * the twin's kernel_operator.h and exposes one C function that Python calls through ctypes.
+ */
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../op_kernel/bce_grad.cpp"
+#include "kernel_operator.h"
+
+extern "C" {
+
+/** One GM tensor: name (for fault messages), address, size in bytes, element size. */
+struct BceTwinTensor {
+    const char* name;
+    void* data;
+    uint64_t bytes;
+    uint64_t elemBytes;
+};
+
+struct BceTwinStats {
+    uint64_t ubPeak;      // max UB bytes any core allocated
+    uint64_t ubPeakMin;   // min over cores (all cores allocate the same plan)
+    uint64_t vectorElems; // not used by Python yet; kept for the ABI
+};
+
+/**
+ * Run bce_grad over the block indices in `cores` (all of [0, blockDim) if ncores == 0).
+ * tensors: grad, logits, labels, weight, pos_weight, z, workspace, tiling (data may be null).
+ * Returns 0, or 1 with the first fault (by block index) in err; per-region bytes read/written
+ * go to io[2*i], io[2*i+1].
+ */
+int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, int64_t ubCapacity, int threads,
+                 const int64_t* cores, int64_t ncores, BceTwinStats* stats, uint64_t* io, char* err,
+                 uint64_t errLen) {
+    if (ntensors != 8) {
+        std::snprintf(err, errLen, "bce_twin_run expects 8 tensors, got %d", ntensors);
+        return 2;
+    }
+    std::vector<twin::GmRegion> regions(8);
+    twin::Launch launch;
+    launch.blockDim = blockDim;
+    launch.ubCapacity = ubCapacity;
+    uint8_t* ptr[8];
+    for (int i = 0; i < 8; ++i) {
+        ptr[i] = static_cast<uint8_t*>(tensors[i].data);
+        regions[i].name = tensors[i].name;
+        regions[i].base = ptr[i];
+        regions[i].bytes = tensors[i].bytes;
+        regions[i].elemBytes = tensors[i].elemBytes;
+        if (ptr[i] != nullptr) launch.regions.push_back(&regions[i]);
+    }
+    std::vector<int64_t> which(cores, cores + ncores);
+    std::vector<twin::CoreReport> reps = twin::RunCores(launch, which, threads, [&]() {
+        bce_grad(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7]);
+    });
+    stats->ubPeak = 0;
+    stats->ubPeakMin = ~0ull;
+    stats->vectorElems = 0;
+    for (const auto& r : reps) {
+        if (r.ubPeak > stats->ubPeak) stats->ubPeak = r.ubPeak;
+        if (r.ubPeak < stats->ubPeakMin) stats->ubPeakMin = r.ubPeak;
+    }
+    for (int i = 0; i < 8; ++i) {
+        io[2 * i] = regions[i].bytesRead.load();
+        io[2 * i + 1] = regions[i].bytesWritten.load();
+    }
+    for (const auto& r : reps) {
+        if (!r.fault.empty()) {
+            std::snprintf(err, errLen, "[%s] %s", r.kind.c_str(), r.fault.c_str());
+            return 1;
+        }
+    }
+    return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,409 @@
+/**
+ * BinaryCrossEntropyGrad kernel class: CopyIn -> Compute -> CopyOut over this core's tiles with
+ * BUFFER_NUM buffers per queue.
+ *
+ *   wrt logit:       z = w * g * ((pw*y + 1 - y) * p - pw*y)      (= w * g * (p - y) without pw)
+ *   wrt probability: z = w * g * (p - y) / max(p * (1 - p), 1e-12)
+ *
+ * g is a tensor (reduction none) or one scalar read once (sum; mean also scales by the host's
+ * float 1/N). Absent inputs are not read. half and bfloat16 compute in float32 (no bf16
+ * arithmetic on A2); float32 and the int types compute in place in their input tiles. Tiles
+ * whose byte length is not a 32-byte multiple move with DataCopyPad, so no core touches GM
+ * outside its range. A last-dim pos_weight [C] is first written by each core into its GM
+ * workspace as the periodic row pw[(start + k) % C]; every tile then reads its window from there
+ * like any other input (byte-granular GM reads make any phase possible).
+ *
+ * The UB plan (queues, temporaries, staging) is what tiling_model.kernels.bce_grad_kernel and
+ * op_host/bce_grad_tiling_core.h budget for; the CPU twin checks the two agree.
+ */
+#ifndef BCE_GRAD_KERNEL_H
+#define BCE_GRAD_KERNEL_H
+
+#include "bce_grad_tiling_data.h"
+#include "kernel_operator.h"
+
+namespace bce_grad_kernel {
+
+using namespace AscendC;
+
+constexpr int64_t kPosWeightNone = 0;
+constexpr int64_t kPosWeightFull = 1;
+constexpr int64_t kPosWeightLastDim = 2;
+constexpr int64_t kStageElems = 768;  // staging buffer of the pos_weight row copy (tiling core: kLastDimStageElems)
+constexpr int64_t kSuperElems = 256;  // rows shorter than this are replicated in UB first
+constexpr float kProbEps = 1e-12f;
+
+/** The tiling key's decimal digits (op_host TilingKey): schMode, dtype, weight, BUFFER_NUM, pos_weight, wrt. */
+struct Variant {
+    bool scalarGrad;
+    int64_t dtype;
+    bool weight;
+    int64_t bufferNum;
+    int64_t posWeight;
+    bool probability;
+};
+
+__aicore__ inline Variant DecodeKey(int64_t key) {
+    Variant v;
+    v.scalarGrad = key % 10 != 0;
+    v.dtype = key / 10 % 10;
+    v.weight = key / 100 % 10 != 0;
+    v.bufferNum = key / 1000 % 10;
+    v.posWeight = key / 10000 % 10;
+    v.probability = key / 100000 % 10 != 0;
+    return v;
+}
+
+template <typename T, typename U> struct IsSame {
+    static constexpr bool value = false;
+};
+template <typename T> struct IsSame<T, T> {
+    static constexpr bool value = true;
+};
+
+/** The type a dtype computes in: float for the 16-bit floats, itself otherwise. */
+template <typename T> struct ComputeOf {
+    using type = T;
+};
+template <> struct ComputeOf<half> {
+    using type = float;
+};
+template <> struct ComputeOf<bfloat16_t> {
+    using type = float;
+};
+
+template <typename T> __aicore__ inline float ScalarToFloat(T v) { return static_cast<float>(v); }
+template <> __aicore__ inline float ScalarToFloat<bfloat16_t>(bfloat16_t v) { return AscendC::ToFloat(v); }
+
+__aicore__ inline float FloatFromBits(int64_t bits) {
+    union {
+        uint32_t u;
+        float f;
+    } c;
+    c.u = static_cast<uint32_t>(bits);
+    return c.f;
+}
+
+template <typename T, int32_t BUFFER_NUM>
+class KernelBceGrad {
+    using C = typename ComputeOf<T>::type;
+    static constexpr bool kWiden = !IsSame<T, C>::value;
+    static constexpr bool kFloat = IsSame<C, float>::value;
+
+public:
+    __aicore__ inline KernelBceGrad() {}
+
+    __aicore__ inline void Init(GM_ADDR grad, GM_ADDR logits, GM_ADDR labels, GM_ADDR weight, GM_ADDR posWeight,
+                                GM_ADDR z, GM_ADDR workspace, const BceGradTilingData& t, const Variant& v,
+                                TPipe* pipe) {
+        v_ = v;
+        pipe_ = pipe;
+        classes_ = t.posWeightClasses;
+        const int64_t idx = GetBlockIdx();
+        const int64_t last = GetBlockNum() - 1;
+        if (idx < t.tailBlockNum) {
+            start_ = idx * t.bigCoreDataNum;
+        } else {
+            start_ = t.tailBlockNum * t.bigCoreDataNum + (idx - t.tailBlockNum) * t.smallCoreDataNum;
+        }
+        if (idx == last) {
+            count_ = t.lastCoreDataNum;
+            tileNum_ = t.lastCoreTileNum;
+            tailElems_ = t.lastCoreTailDataNum;
+        } else if (idx < t.tailBlockNum) {
+            count_ = t.bigCoreDataNum;
+            tileNum_ = t.finalBigTileNum;
+            tailElems_ = t.bigTailDataNum;
+        } else {
+            count_ = t.smallCoreDataNum;
+            tileNum_ = t.finalSmallTileNum;
+            tailElems_ = t.smallTailDataNum;
+        }
+        tileElems_ = t.tileDataNum;
+        const uint32_t tileBytes = static_cast<uint32_t>(tileElems_ * static_cast<int64_t>(sizeof(T)));
+
+        logitsGm_.SetGlobalBuffer((__gm__ T*)logits + start_, count_);
+        labelsGm_.SetGlobalBuffer((__gm__ T*)labels + start_, count_);
+        zGm_.SetGlobalBuffer((__gm__ T*)z + start_, count_);
+        pipe_->InitBuffer(pQue_, BUFFER_NUM, tileBytes);
+        pipe_->InitBuffer(yQue_, BUFFER_NUM, tileBytes);
+        if (v_.scalarGrad) {
+            GlobalTensor<T> g;
+            g.SetGlobalBuffer((__gm__ T*)grad, 1);
+            scale_ = ScalarToFloat<T>(g.GetValue(0)) * FloatFromBits(t.scaleBits);
+        } else {
+            gradGm_.SetGlobalBuffer((__gm__ T*)grad + start_, count_);
+            pipe_->InitBuffer(gQue_, BUFFER_NUM, tileBytes);
+        }
+        if (v_.weight) {
+            weightGm_.SetGlobalBuffer((__gm__ T*)weight + start_, count_);
+            pipe_->InitBuffer(wQue_, BUFFER_NUM, tileBytes);
+        }
+        if (v_.posWeight == kPosWeightFull) {
+            pwGm_.SetGlobalBuffer((__gm__ T*)posWeight + start_, count_);
+        } else if (v_.posWeight == kPosWeightLastDim) {
+            const int64_t perCore = (tileElems_ + 2 * classes_ + kSuperElems) * static_cast<int64_t>(sizeof(T));
+            const int64_t stride = (perCore + 31) / 32 * 32 / static_cast<int64_t>(sizeof(T));
+            rowGm_.SetGlobalBuffer((__gm__ T*)posWeight, classes_);
+            pwGm_.SetGlobalBuffer((__gm__ T*)workspace + idx * stride, stride);
+        }
+        if (v_.posWeight != kPosWeightNone) {
+            pipe_->InitBuffer(pwQue_, BUFFER_NUM, tileBytes);
+        }
+        pipe_->InitBuffer(zQue_, BUFFER_NUM, tileBytes);
+        const uint32_t workBytes = static_cast<uint32_t>(tileElems_ * static_cast<int64_t>(sizeof(C)));
+        if constexpr (kWiden) {
+            pipe_->InitBuffer(tmpA_, workBytes);
+            pipe_->InitBuffer(tmpB_, workBytes);
+        }
+        if ((kWiden && v_.posWeight != kPosWeightNone) || v_.probability) {
+            pipe_->InitBuffer(tmpC_, workBytes);
+        }
+        if (v_.posWeight == kPosWeightLastDim) {
+            pipe_->InitBuffer(stage_, static_cast<uint32_t>(kStageElems * static_cast<int64_t>(sizeof(T))));
+        }
+    }
+
+    __aicore__ inline void Process() {
+        if (count_ <= 0) {
+            return;
+        }
+        if (v_.posWeight == kPosWeightLastDim) {
+            WritePeriodicRow();
+        }
+        for (int64_t i = 0; i < tileNum_; ++i) {
+            const int64_t len = i == tileNum_ - 1 ? tailElems_ : tileElems_;
+            CopyIn(i, len);
+            Compute(len);
+            CopyOut(i, len);
+        }
+    }
+
+private:
+    /** GM -> UB of one tile: DataCopy when the bytes are a 32-B multiple, DataCopyPad otherwise. */
+    __aicore__ inline void Load(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t len) {
+        const uint32_t bytes = static_cast<uint32_t>(len * static_cast<int64_t>(sizeof(T)));
+        if (bytes % 32 == 0) {
+            DataCopy(dst, src, static_cast<uint32_t>(len));
+        } else {
+            DataCopyExtParams copy{1, bytes, 0, 0, 0};
+            DataCopyPadExtParams<T> pad{false, 0, 0, T()};
+            DataCopyPad(dst, src, copy, pad);
+        }
+    }
+
+    __aicore__ inline void Store(const GlobalTensor<T>& dst, const LocalTensor<T>& src, int64_t len) {
+        const uint32_t bytes = static_cast<uint32_t>(len * static_cast<int64_t>(sizeof(T)));
+        if (bytes % 32 == 0) {
+            DataCopy(dst, src, static_cast<uint32_t>(len));
+        } else {
+            DataCopyExtParams copy{1, bytes, 0, 0, 0};
+            DataCopyPad(dst, src, copy);
+        }
+    }
+
+    __aicore__ inline void LoadTo(TQue<TPosition::VECIN, 1>& que, const GlobalTensor<T>& src, int64_t len) {
+        LocalTensor<T> t = que.template AllocTensor<T>();
+        Load(t, src, len);
+        que.EnQue(t);
+    }
+
+    __aicore__ inline void CopyIn(int64_t i, int64_t len) {
+        const int64_t off = i * tileElems_;
+        LoadTo(pQue_, logitsGm_[off], len);
+        LoadTo(yQue_, labelsGm_[off], len);
+        if (!v_.scalarGrad) LoadTo(gQue_, gradGm_[off], len);
+        if (v_.weight) LoadTo(wQue_, weightGm_[off], len);
+        if (v_.posWeight == kPosWeightFull) LoadTo(pwQue_, pwGm_[off], len);
+        if (v_.posWeight == kPosWeightLastDim) LoadTo(pwQue_, pwGm_[(off % classes_)], len);
+    }
+
+    __aicore__ inline void Compute(int64_t len) {
+        const int32_t n = static_cast<int32_t>(len);
+        LocalTensor<T> z = zQue_.template AllocTensor<T>();
+        LocalTensor<T> p = pQue_.template DeQue<T>();
+        LocalTensor<T> y = yQue_.template DeQue<T>();
+        LocalTensor<T> g, w, pw;
+        if (!v_.scalarGrad) g = gQue_.template DeQue<T>();
+        if (v_.weight) w = wQue_.template DeQue<T>();
+        if (v_.posWeight != kPosWeightNone) pw = pwQue_.template DeQue<T>();
+        if constexpr (kWiden) {
+            LocalTensor<float> a = tmpA_.template Get<float>();
+            LocalTensor<float> b = tmpB_.template Get<float>();
+            Cast(a, p, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+            Cast(b, y, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+            if (v_.posWeight != kPosWeightNone) {
+                LocalTensor<float> c = tmpC_.template Get<float>();
+                Cast(c, pw, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+                PosWeightTerm(a, b, c, n);
+            } else if (v_.probability) {
+                LocalTensor<float> c = tmpC_.template Get<float>();
+                ProbabilityTerm(a, b, c, n);
+            } else {
+                Sub(a, a, b, n);
+            }
+            if (v_.scalarGrad) {
+                Muls(a, a, scale_, n);
+            } else {
+                Cast(b, g, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+                Mul(a, a, b, n);
+            }
+            if (v_.weight) {
+                Cast(b, w, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
+                Mul(a, a, b, n);
+            }
+            Cast(z, a, RoundMode::CAST_RINT, static_cast<uint32_t>(n));
+        } else {
+            if (v_.posWeight != kPosWeightNone) {
+                PosWeightTerm(p, y, pw, n);
+            } else if (v_.probability) {
+                if constexpr (kFloat) {
+                    LocalTensor<T> c = tmpC_.template Get<T>();
+                    ProbabilityTerm(p, y, c, n);
+                }
+            } else {
+                Sub(p, p, y, n);
+            }
+            // the last multiply writes the output tile
+            if (v_.scalarGrad) {
+                if constexpr (kFloat) {
+                    if (v_.weight) {
+                        Muls(p, p, static_cast<T>(scale_), n);
+                        Mul(z, p, w, n);
+                    } else {
+                        Muls(z, p, static_cast<T>(scale_), n);
+                    }
+                }
+            } else if (v_.weight) {
+                Mul(p, p, g, n);
+                Mul(z, p, w, n);
+            } else {
+                Mul(z, p, g, n);
+            }
+        }
+        zQue_.EnQue(z);
+        pQue_.FreeTensor(p);
+        yQue_.FreeTensor(y);
+        if (!v_.scalarGrad) gQue_.FreeTensor(g);
+        if (v_.weight) wQue_.FreeTensor(w);
+        if (v_.posWeight != kPosWeightNone) pwQue_.FreeTensor(pw);
+    }
+
+    /** a <- (pw*y + 1 - y) * a - pw*y, with c = pw on entry (c ends as pw*y, b as the coefficient). */
+    template <typename U>
+    __aicore__ inline void PosWeightTerm(const LocalTensor<U>& a, const LocalTensor<U>& b, const LocalTensor<U>& c,
+                                         int32_t n) {
+        Mul(c, c, b, n);
+        Sub(b, c, b, n);
+        Adds(b, b, static_cast<U>(1), n);
+        Mul(a, a, b, n);
+        Sub(a, a, c, n);
+    }
+
+    /** a <- (a - b) / max(a * (1 - a), 1e-12), with c as scratch. */
+    template <typename U>
+    __aicore__ inline void ProbabilityTerm(const LocalTensor<U>& a, const LocalTensor<U>& b, const LocalTensor<U>& c,
+                                           int32_t n) {
+        Muls(c, a, static_cast<U>(-1), n);
+        Adds(c, c, static_cast<U>(1), n);
+        Mul(c, c, a, n);
+        Maxs(c, c, static_cast<U>(kProbEps), n);
+        Sub(a, a, b, n);
+        Div(a, a, c, n);
+    }
+
+    __aicore__ inline void CopyOut(int64_t i, int64_t len) {
+        LocalTensor<T> z = zQue_.template DeQue<T>();
+        Store(zGm_[i * tileElems_], z, len);
+        zQue_.FreeTensor(z);
+    }
+
+    /**
+     * Write pw[(start + k) % C] for k < tile + C into this core's workspace. Rows shorter than
+     * kSuperElems are first repeated in UB (scalar copies) so small C costs few DMAs; longer rows
+     * are copied GM -> UB -> GM in chunks. The stage is a TBuf, so the MTE2/MTE3 hand-offs are
+     * synchronised by hand.
+     */
+    __aicore__ inline void WritePeriodicRow() {
+        const int64_t need = tileElems_ + classes_;
+        const int64_t phase = start_ % classes_;
+        LocalTensor<T> stage = stage_.template Get<T>();
+        if (classes_ < kSuperElems) {
+            Load(stage, rowGm_, classes_);
+            SyncFlag<HardEvent::MTE2_S>();
+            const int64_t reps = (kSuperElems + classes_ - 1) / classes_;
+            const int64_t superLen = reps * classes_;
+            LocalTensor<T> sup = stage[static_cast<uint32_t>(kSuperElems)];
+            for (int64_t k = 0; k < superLen; ++k) {
+                sup.SetValue(static_cast<uint32_t>(k), stage.GetValue(static_cast<uint32_t>((phase + k) % classes_)));
+            }
+            SyncFlag<HardEvent::S_MTE3>();
+            for (int64_t k = 0; k < need; k += superLen) {
+                Store(pwGm_[k], sup, superLen);
+            }
+        } else {
+            int64_t src = phase;
+            for (int64_t k = 0; k < need;) {
+                int64_t len = classes_ - src;
+                if (len > kStageElems) len = kStageElems;
+                if (len > need - k) len = need - k;
+                Load(stage, rowGm_[src], len);
+                SyncFlag<HardEvent::MTE2_MTE3>();
+                Store(pwGm_[k], stage, len);
+                SyncFlag<HardEvent::MTE3_MTE2>();
+                k += len;
+                src = (src + len) % classes_;
+            }
+        }
+        SyncFlag<HardEvent::MTE3_MTE2>();  // the tiles read the workspace back
+    }
+
+    template <HardEvent E> __aicore__ inline void SyncFlag() {
+        event_t id = static_cast<event_t>(pipe_->FetchEventID(E));
+        SetFlag<E>(id);
+        WaitFlag<E>(id);
+    }
+
+    TPipe* pipe_ = nullptr;
+    TQue<TPosition::VECIN, 1> pQue_, yQue_, gQue_, wQue_, pwQue_;
+    TQue<TPosition::VECOUT, 1> zQue_;
+    TBuf<TPosition::VECCALC> tmpA_, tmpB_, tmpC_, stage_;
+    GlobalTensor<T> gradGm_, logitsGm_, labelsGm_, weightGm_, pwGm_, rowGm_, zGm_;
+    Variant v_;
+    float scale_ = 1.0f;
+    int64_t start_ = 0;
+    int64_t count_ = 0;
+    int64_t tileNum_ = 0;
+    int64_t tileElems_ = 0;
+    int64_t tailElems_ = 0;
+    int64_t classes_ = 0;
+};
+
+/** Instantiate the class for the key's BUFFER_NUM (a template parameter) and run it. */
+template <typename T>
+__aicore__ inline void Run(GM_ADDR grad, GM_ADDR logits, GM_ADDR labels, GM_ADDR weight, GM_ADDR posWeight, GM_ADDR z,
+                           GM_ADDR workspace, const BceGradTilingData& t) {
+    const Variant v = DecodeKey(t.tilingKey);
+    TPipe pipe;
+    if (v.bufferNum == 1) {
+        KernelBceGrad<T, 1> op;
+        op.Init(grad, logits, labels, weight, posWeight, z, workspace, t, v, &pipe);
+        op.Process();
+    } else if (v.bufferNum == 2) {
+        KernelBceGrad<T, 2> op;
+        op.Init(grad, logits, labels, weight, posWeight, z, workspace, t, v, &pipe);
+        op.Process();
+    } else if (v.bufferNum == 3) {
+        KernelBceGrad<T, 3> op;
+        op.Init(grad, logits, labels, weight, posWeight, z, workspace, t, v, &pipe);
+        op.Process();
+    } else if (v.bufferNum == 4) {
+        KernelBceGrad<T, 4> op;
+        op.Init(grad, logits, labels, weight, posWeight, z, workspace, t, v, &pipe);
+        op.Process();
+    }
+}
+
+}  // namespace bce_grad_kernel
+
+#endif  // BCE_GRAD_KERNEL_H

@@ -1,0 +1,136 @@
+"""Reference values and the tolerance a kernel output is judged by.
+
+``reference`` is the closed form in float64 (the tests prove it equal to PyTorch autograd);
+``terms`` is the magnitude the float32 arithmetic works at, so cancellation is judged fairly;
+``mismatches`` applies the tolerance of each dtype:
+
+- float32: within 4 ulp of the float64 value, plus 4 float32 epsilons of the terms where the
+  formula cancels (pos_weight, probability);
+- float16 / bfloat16: within 1 ulp of the correctly rounded value (plus the same cancellation
+  allowance);
+- int32 / int16: exact.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+PROB_EPS = 1e-12
+
+
+def _f64(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.asarray(a).astype(np.float64)
+
+
+def _broadcast(pos_weight: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    if pos_weight is None:
+        return None
+    return np.broadcast_to(pos_weight, shape)
+
+
+def reference(
+    grad: np.ndarray,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    weight: np.ndarray | None = None,
+    pos_weight: np.ndarray | None = None,
+    reduction: str = "none",
+    wrt: str = "logit",
+) -> np.ndarray:
+    """z in float64 (ints: exact in int64, returned as float64)."""
+    p, y, g = _f64(logits), _f64(labels), _f64(grad)
+    assert p is not None and y is not None and g is not None
+    if reduction != "none":
+        g = g.reshape(())
+    pw = _broadcast(_f64(pos_weight), p.shape)
+    if wrt == "probability":
+        t = (p - y) / np.maximum(p * (1 - p), PROB_EPS)
+    elif pw is not None:
+        t = (pw * y + 1 - y) * p - pw * y
+    else:
+        t = p - y
+    z = g * t
+    if weight is not None:
+        z = z * _f64(weight)
+    if reduction == "mean":
+        z = z / max(p.size, 1)
+    return z
+
+
+def integer_reference(
+    grad: np.ndarray,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    weight: np.ndarray | None = None,
+    pos_weight: np.ndarray | None = None,
+) -> np.ndarray:
+    """The int kernel's formula in int64 (reduction none, wrt logit), wrapped to the input dtype."""
+    p, y, g = (np.asarray(a).astype(np.int64) for a in (logits, labels, grad))
+    pw = _broadcast(None if pos_weight is None else np.asarray(pos_weight).astype(np.int64), p.shape)
+    t = (pw * y + 1 - y) * p - pw * y if pw is not None else p - y
+    z = g * t
+    if weight is not None:
+        z = z * np.asarray(weight).astype(np.int64)
+    return z.astype(np.asarray(logits).dtype)
+
+
+def terms(
+    grad: np.ndarray,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    weight: np.ndarray | None = None,
+    pos_weight: np.ndarray | None = None,
+    reduction: str = "none",
+    wrt: str = "logit",
+) -> np.ndarray:
+    """Magnitude of the partial results the kernel rounds (|w g| times the summed term sizes)."""
+    p, y, g = _f64(logits), _f64(labels), _f64(grad)
+    assert p is not None and y is not None and g is not None
+    if reduction != "none":
+        g = g.reshape(())
+    pw = _broadcast(_f64(pos_weight), p.shape)
+    if wrt == "probability":
+        den = np.maximum(p * (1 - p), PROB_EPS)
+        size = (np.abs(p) + np.abs(y)) / den
+    elif pw is not None:
+        size = np.abs(pw * y) * (1 + np.abs(p)) + np.abs((1 - y) * p)
+    else:
+        size = np.abs(p) + np.abs(y)
+    s = np.abs(g) * size
+    if weight is not None:
+        s = s * np.abs(_f64(weight))
+    if reduction == "mean":
+        s = s / max(p.size, 1)
+    return s
+
+
+def _ordered(bits: np.ndarray, width: int) -> np.ndarray:
+    """Map float bit patterns to integers that are monotone in the float value."""
+    b = bits.astype(np.int64)
+    sign = np.int64(1) << (width - 1)
+    return np.where(b & sign, -(b & (sign - 1)), b)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Representable values between a and b (same float dtype)."""
+    width = a.dtype.itemsize * 8
+    view = {16: np.uint16, 32: np.uint32}[width]
+    return np.abs(_ordered(a.view(view), width) - _ordered(b.view(view), width))
+
+
+def mismatches(z: np.ndarray, ref: np.ndarray, size: np.ndarray, cancels: bool) -> np.ndarray:
+    """Indices where the kernel output ``z`` falls outside the dtype's tolerance around ``ref``."""
+    dt = z.dtype
+    if np.issubdtype(dt, np.integer):
+        return np.flatnonzero(z != ref.astype(dt))
+    rounded = ref.astype(dt)
+    dist = ulp_distance(z.reshape(-1), rounded.reshape(-1))
+    allowed_ulps = 4 if dt == np.float32 else 1
+    eps32 = float(np.finfo(np.float32).eps)
+    slack = 4 * eps32 * size.reshape(-1) if cancels else 1e-14 * size.reshape(-1)
+    err = np.abs(z.reshape(-1).astype(np.float64) - ref.reshape(-1))
+    ok = (dist <= allowed_ulps) | (err <= slack)
+    if dt == ml_dtypes.bfloat16 or dt == np.float16:
+        ok |= np.isnan(z.reshape(-1).astype(np.float32)) & np.isnan(ref.reshape(-1))
+    return np.flatnonzero(~ok)

@@ -1,0 +1,302 @@
+"""Golden tests: the real kernel source, run in the CPU twin, against PyTorch autograd in float64.
+
+wrt="logit" is the gradient of binary_cross_entropy_with_logits with respect to x = logit(p);
+wrt="probability" the gradient of binary_cross_entropy with respect to p. Ints (which autograd
+cannot differentiate) are checked exactly against the integer formula. Sizes cover the edges
+(1, 7..9, 127..129, 2^k +- 1, 512-byte multiples +- 1 element, 1..48 cores) and random sizes up
+to a few million; tilings are the default, random valid knob sets, and the seed scheme (which
+must fault wherever it leaves the tensors).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from kernel import cpu
+from kernel.reference import integer_reference, mismatches, reference, terms
+from tiling_model import TilingParams, compute_tiling, load_soc
+from tiling_model.dtypes import DTYPE_BYTES
+from tiling_model.kernels import bce_grad_kernel
+from tiling_model.space import BLOCK_CHOICES
+from tiling_model.validate import validate
+
+FLOATS = ("float32", "float16", "bfloat16")
+INTS = ("int32", "int16")
+CLASSES = (1, 3, 100, 4097)
+GOLDEN_CASES = {"count": 0}
+
+
+def edge_sizes(dtype: str) -> list[int]:
+    per_block = 512 // DTYPE_BYTES[dtype]
+    sizes = {1, 7, 8, 9, 127, 128, 129}
+    sizes |= {2**k + d for k in range(4, 22) for d in (-1, 0, 1)}
+    sizes |= {m * per_block + d for m in (1, 2, 3, 17, 47, 48, 49, 96, 1000) for d in (-1, 0, 1)}
+    return sorted(s for s in sizes if s >= 1)
+
+
+def torch_reference(g, p, y, w, pw, reduction: str, wrt: str) -> np.ndarray:
+    """dL/dx by autograd in float64 (x = logit(p) for wrt=logit, x = p for wrt=probability)."""
+    t = lambda a: None if a is None else torch.from_numpy(np.asarray(a).astype(np.float64))  # noqa: E731
+    P, Y, G, W, PW = t(p), t(y), t(g), t(w), t(pw)
+    if wrt == "logit":
+        x = torch.logit(P).requires_grad_()
+        loss = F.binary_cross_entropy_with_logits(x, Y, weight=W, pos_weight=PW, reduction=reduction)
+    else:
+        x = P.clone().requires_grad_()
+        loss = F.binary_cross_entropy(x, Y, weight=W, reduction=reduction)
+    loss.backward(G if reduction == "none" else G.reshape(()))
+    return x.grad.numpy()
+
+
+def make_inputs(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, reduction: str, weight: bool,
+                pos_weight: str) -> dict[str, np.ndarray | None]:  # fmt: skip
+    d = cpu.DTYPES[dtype]
+    n = int(np.prod(shape))
+    if dtype in INTS:
+        small = lambda s: rng.integers(-6, 7, s).astype(d)  # noqa: E731  (no intermediate overflows int16)
+        return {
+            "grad": small(shape),
+            "logits": small(shape),
+            "labels": small(shape),
+            "weight": small(shape) if weight else None,
+            "pos_weight": None if pos_weight == "none" else small(shape if pos_weight == "full" else shape[-1:]),
+        }
+    p = rng.uniform(0.02, 0.98, n).reshape(shape)
+    y = np.where(rng.random(n) < 0.5, rng.integers(0, 2, n), rng.random(n)).reshape(shape)  # hard and soft labels
+    g = rng.normal(size=shape if reduction == "none" else (1,)) * 2.0
+    out = {
+        "grad": g.astype(d),
+        "logits": p.astype(d),
+        "labels": y.astype(d),
+        "weight": rng.uniform(0.25, 4.0, shape).astype(d) if weight else None,
+        "pos_weight": None,
+    }
+    if pos_weight != "none":
+        out["pos_weight"] = rng.uniform(0.1, 5.0, shape if pos_weight == "full" else shape[-1:]).astype(d)
+    return out
+
+
+def check_case(
+    shape: tuple[int, ...],
+    dtype: str,
+    reduction: str,
+    weight: bool,
+    pos_weight: str,
+    wrt: str,
+    params: TilingParams | None,
+    scheme: str,
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    a = make_inputs(rng, shape, dtype, reduction, weight, pos_weight)
+    tiling = compute_tiling(list(shape), dtype, reduction, params, "Ascend910B2", scheme, weight, pos_weight, wrt)
+    expected_faults = expected_faults_of(tiling)
+    out = np.zeros(shape, dtype=cpu.DTYPES[dtype])
+    GOLDEN_CASES["count"] += 1
+    if expected_faults:
+        with pytest.raises(cpu.KernelFault) as info:
+            cpu.run_tiling(tiling, a, out)
+        assert info.value.kind in expected_faults, str(info.value)
+        return
+    result = cpu.run_tiling(tiling, a, out)
+    # the buffer plan the model budgets is the plan the kernel allocates, byte for byte
+    plan = tiling.kernel if scheme == "exact" else bce_grad_kernel(dtype, reduction, weight)  # seed tilings run ours
+    assert result.ub_peak == result.ub_peak_min == plan.ub_bytes(tiling.params.tile_bytes, tiling.params.buffer_num)
+    # every input element is read exactly once, absent inputs never, z written exactly once
+    nbytes = out.nbytes
+    assert result.bytes_read["logits"] == result.bytes_read["labels"] == nbytes
+    assert result.bytes_read["grad"] == (nbytes if reduction == "none" else tiling.block_dim * out.itemsize)
+    assert result.bytes_read["weight"] == (nbytes if weight else 0)
+    assert result.bytes_read["pos_weight"] == (nbytes if pos_weight == "full" else 0 if pos_weight == "none" else
+                                               result.bytes_read["pos_weight"])  # fmt: skip
+    assert result.bytes_written["z"] == nbytes
+    if dtype in INTS:
+        ref = integer_reference(a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"])
+        assert np.array_equal(out, ref)
+        return
+    ref = torch_reference(a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], reduction, wrt)
+    closed = reference(a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], reduction, wrt)
+    size = terms(a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], reduction, wrt)
+    assert np.all(np.abs(closed - ref) <= 1e-12 * (size + np.abs(ref)))  # the closed form is autograd's value
+    bad = mismatches(out, ref, size, cancels=pos_weight != "none" or wrt == "probability")
+    assert bad.size == 0, (
+        f"{bad.size} of {out.size} elements off, first at {bad[0]}: got {out.reshape(-1)[bad[0]]!r}, "
+        f"reference {ref.reshape(-1)[bad[0]]!r}"
+    )
+
+
+def expected_faults_of(tiling) -> set[str]:  # noqa: ANN001
+    """The seed scheme's tilings run bcetune's kernel: which faults may the twin report first?"""
+    if tiling.scheme == "exact":
+        return set()
+    soc = load_soc(tiling.soc)
+    plan = bce_grad_kernel(tiling.dtype, tiling.reduction, tiling.weight)
+    bn = tiling.params.buffer_num
+    faults = set()
+    if plan.ub_bytes(tiling.params.tile_bytes, bn) > soc.ub_usable_bytes:
+        faults.add("ub_overflow")
+    if bn not in plan.allowed_buffer_nums():
+        faults.add("queue_limit")
+    if any(v.kind == "out_of_bounds" and "each tensor" in v.message for v in validate(tiling)):  # not the 16-elem grad
+        faults.add("gm_out_of_bounds")
+    return faults
+
+
+def shape_for(n: int, pos_weight: str, classes: int) -> tuple[int, ...]:
+    if pos_weight == "last_dim":
+        return (max(1, n // classes), classes)
+    return (n,)
+
+
+# ------------------------------------------------------------------ deterministic edges
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_edge_sizes_default_tiling(dtype: str) -> None:
+    for i, n in enumerate(edge_sizes(dtype)):
+        reduction = "none" if dtype in INTS else ("none", "sum", "mean")[i % 3]
+        check_case((n,), dtype, reduction, i % 2 == 0, "none", "logit", None, "exact", i)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+@pytest.mark.parametrize("classes", CLASSES)
+def test_last_dim_pos_weight_every_class_count(dtype: str, classes: int) -> None:
+    for i, rows in enumerate((1, 2, 7, 33, 129)):
+        reduction = "none" if dtype in INTS else ("none", "sum", "mean")[i % 3]
+        params = None if i % 2 else TilingParams(tile_bytes=1024, block_bytes=64 * DTYPE_BYTES[dtype])
+        check_case((rows, classes), dtype, reduction, i % 2 == 1, "last_dim", "logit", params, "exact", i)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_every_variant_on_cores_1_to_48(dtype: str) -> None:
+    per_block = 512 // DTYPE_BYTES[dtype]
+    variants = [("none", "logit"), ("full", "logit"), ("last_dim", "logit"), ("none", "probability")]
+    for cores in range(1, 49):
+        pw, wrt = variants[cores % 4]
+        reduction = ("none", "sum", "mean")[cores % 3]
+        n = cores * per_block - (cores % 2)
+        check_case(shape_for(n, pw, 3), dtype, reduction, cores % 5 != 0, pw, wrt, None, "exact", cores)
+
+
+def test_seed_scheme_faults_out_of_bounds_where_the_seed_leaves_the_tensors() -> None:
+    rng = np.random.default_rng(0)
+    a = make_inputs(rng, (100,), "float32", "none", True, "none")
+    # the seed's own default tile already overflows the usable UB (5 queues x 2 x 19456 B > 188160 B)
+    with pytest.raises(cpu.KernelFault, match="ub_overflow"):
+        cpu.bce_grad(a["grad"], a["logits"], a["labels"], a["weight"], scheme="seed")
+    # with a tile that fits, the seed's 512-byte rounding reads past the 100 elements
+    with pytest.raises(cpu.KernelFault, match=r"gm_out_of_bounds.*elements \[\d+, 128\) but the tensor has 100"):
+        cpu.bce_grad(a["grad"], a["logits"], a["labels"], a["weight"], scheme="seed",
+                     params=TilingParams(tile_bytes=4096))  # fmt: skip
+    z = cpu.bce_grad(a["grad"], a["logits"], a["labels"], a["weight"])  # the exact scheme stays in bounds
+    ref = reference(a["grad"], a["logits"], a["labels"], a["weight"])
+    assert mismatches(z, ref, terms(a["grad"], a["logits"], a["labels"], a["weight"]), False).size == 0
+
+
+def test_mean_scale_does_not_underflow_for_float16() -> None:
+    """The seed turns grad/N into a half scalar (0 for large N); the host's float 1/N does not underflow."""
+    n = 2**25
+    seed_scale = np.float16(np.float32(1.0) / np.float32(n))  # the seed keeps grad/N as a half scalar
+    assert seed_scale == 0.0
+    p = np.full(n, 0.75, dtype=np.float16)
+    y = np.zeros(n, dtype=np.float16)
+    w = np.full(n, 1000.0, dtype=np.float16)
+    g = np.ones(1, dtype=np.float16)
+    z = cpu.bce_grad(g, p, y, w, reduction="mean", cores=[0, 47])  # two cores are enough to see it
+    expected = np.float16(1000.0 * 0.75 / n)  # 2.24e-05, a float16 subnormal
+    assert expected != 0 and np.all(z[:100] == expected) and np.all(z[-100:] == expected)
+    assert seed_scale * w[0] * (p[0] - y[0]) == 0  # the seed's result for the same element
+
+
+# ------------------------------------------------------------------ random cases (hypothesis)
+
+
+@st.composite
+def cases(draw: st.DrawFn, dtypes: tuple[str, ...]) -> dict:
+    dtype = draw(st.sampled_from(dtypes))
+    is_int = dtype in INTS
+    reduction = "none" if is_int else draw(st.sampled_from(("none", "sum", "mean")))
+    scheme = draw(st.sampled_from(("exact", "exact", "exact", "seed")))
+    if scheme == "seed":
+        weight, pos_weight, wrt = True, "none", "logit"
+    else:
+        weight = draw(st.booleans())
+        wrt = "logit" if is_int else draw(st.sampled_from(("logit", "logit", "probability")))
+        pos_weight = "none" if wrt == "probability" else draw(st.sampled_from(("none", "full", "last_dim")))
+    n = draw(
+        st.one_of(
+            st.sampled_from(edge_sizes(dtype)),
+            st.sampled_from(edge_sizes(dtype)),
+            st.integers(1, 5000),
+            st.integers(1, 5000),
+            st.integers(1, 200_000),
+            st.integers(1, 3_000_000),
+        )
+    )
+    classes = draw(st.sampled_from(CLASSES))
+    knobs = draw(st.booleans())
+    params = None
+    if knobs:
+        params = TilingParams(
+            block_bytes=draw(st.sampled_from(BLOCK_CHOICES)) if scheme == "exact" else None,
+            buffer_num=draw(st.integers(1, 4)),
+            tile_bytes=draw(st.integers(1, 256)) * (512 if scheme == "seed" else 32),
+            core_num=draw(st.integers(1, 48)),
+        )
+    return {
+        "shape": shape_for(n, pos_weight, classes),
+        "dtype": dtype,
+        "reduction": reduction,
+        "weight": weight,
+        "pos_weight": pos_weight,
+        "wrt": wrt,
+        "params": params,
+        "scheme": scheme,
+        "seed": draw(st.integers(0, 2**31)),
+    }
+
+
+def run_random(case: dict) -> None:
+    t = compute_tiling(list(case["shape"]), case["dtype"], case["reduction"], case["params"], "Ascend910B2",
+                       case["scheme"], case["weight"], case["pos_weight"], case["wrt"])  # fmt: skip
+    if case["scheme"] == "exact":
+        assume(validate(t) == [])  # invalid knob sets are the tiling model's to reject, not the kernel's
+    check_case(**case)
+
+
+@settings(max_examples=400)
+@given(cases(("float32",)))
+def test_random_float32(case: dict) -> None:
+    run_random(case)
+
+
+@settings(max_examples=400)
+@given(cases(("float16",)))
+def test_random_float16(case: dict) -> None:
+    run_random(case)
+
+
+@settings(max_examples=400)
+@given(cases(("bfloat16",)))
+def test_random_bfloat16(case: dict) -> None:
+    run_random(case)
+
+
+@settings(max_examples=400)
+@given(cases(INTS))
+def test_random_ints(case: dict) -> None:
+    run_random(case)
+
+
+def test_bfloat16_arrays_travel_through_ml_dtypes() -> None:
+    p = np.array([0.25, 0.5, 0.75], dtype=ml_dtypes.bfloat16)
+    y = np.array([0, 1, 1], dtype=ml_dtypes.bfloat16)
+    g = np.ones(3, dtype=ml_dtypes.bfloat16)
+    z = cpu.bce_grad(g, p, y)
+    assert z.dtype == ml_dtypes.bfloat16 and z.astype(np.float32).tolist() == [0.25, -0.5, -0.25]
