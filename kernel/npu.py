@@ -1,0 +1,147 @@
+"""The torch_npu runner: launch the compiled kernel on an Ascend NPU and time it.
+
+Needs CANN, torch, torch_npu and the extension that ``kernel/build.sh --launch-lib`` builds
+(found at ``$BCETUNE_NPU_EXT`` or ``kernel/build/launch/``). The tiling comes from
+``tiling_model`` and travels to the device as the struct's bytes. Without an NPU every entry
+point raises :class:`NpuUnavailable` with one line saying what is missing.
+
+NOT RUN on bcetune's CI (no NPU there): the same kernel source is verified on the CPU twin.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tiling_model import TilingParams, compute_tiling
+from tiling_model.tiling import TilingData
+
+#: Written between timed repetitions to evict the kernel's data from L2 (A2 L2 is 192 MiB at most).
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+TORCH_DTYPES = ("float32", "float16", "bfloat16", "int32", "int16")
+
+
+class NpuUnavailable(RuntimeError):
+    """No NPU path on this machine (torch_npu, a device, or the built extension is missing)."""
+
+
+@dataclass(frozen=True)
+class NpuRuntime:
+    torch: Any
+    ext: Any
+    soc: str
+
+
+def extension_path() -> Path:
+    env = os.environ.get("BCETUNE_NPU_EXT")
+    if env:
+        return Path(env)
+    found = sorted((Path(__file__).parent / "build" / "launch").glob("bce_grad_npu*.so"))
+    return found[0] if found else Path(__file__).parent / "build" / "launch" / "bce_grad_npu.so"
+
+
+def runtime() -> NpuRuntime:
+    """torch with torch_npu, the launch extension and the device's SoC name, or NpuUnavailable."""
+    if importlib.util.find_spec("torch_npu") is None:
+        raise NpuUnavailable(
+            "torch_npu is not installed (pip install 'bcetune[npu]' on a machine with CANN and an NPU)"
+        )
+    import torch
+    import torch_npu  # noqa: F401  (registers the NPU device with torch)
+
+    if not torch.npu.is_available():
+        raise NpuUnavailable("torch_npu found no NPU device (check npu-smi info and the CANN driver)")
+    path = extension_path()
+    if not path.exists():
+        raise NpuUnavailable(f"the kernel extension {path} is not built: run kernel/build.sh --launch-lib")
+    spec = importlib.util.spec_from_file_location("bce_grad_npu", path)
+    if spec is None or spec.loader is None:
+        raise NpuUnavailable(f"cannot load the kernel extension {path}")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    return NpuRuntime(torch, ext, str(torch.npu.get_device_name()))
+
+
+def device_tiling(rt: NpuRuntime, tiling: TilingData) -> tuple[Any, Any]:
+    """The struct's bytes and the workspace on the device (prepared once, outside timed regions)."""
+    torch = rt.torch
+    raw = torch.frombuffer(bytearray(tiling.to_bytes()), dtype=torch.uint8).npu()
+    ws = torch.zeros(tiling.workspace_bytes, dtype=torch.uint8).npu() if tiling.workspace_bytes else None
+    return raw, ws
+
+
+def launch(rt: NpuRuntime, tiling: TilingData, dev: tuple[Any, Any], tensors: dict[str, Any], z: Any) -> None:
+    """Enqueue one launch of ``tiling`` over NPU tensors (grad, logits, labels, weight, pos_weight)."""
+    if tiling.block_dim == 0:
+        return
+    raw, ws = dev
+    rt.ext.launch(
+        tiling.block_dim,
+        tensors["grad"],
+        tensors["logits"],
+        tensors["labels"],
+        tensors.get("weight"),
+        tensors.get("pos_weight"),
+        z,
+        ws,
+        raw,
+    )
+
+
+def bce_grad(
+    grad: Any,
+    logits: Any,
+    labels: Any,
+    weight: Any = None,
+    pos_weight: Any = None,
+    *,
+    reduction: str = "none",
+    wrt: str = "logit",
+    params: TilingParams | None = None,
+) -> Any:
+    """z on the NPU for torch tensors already on the device (contiguous, one dtype)."""
+    rt = runtime()
+    dtype = str(logits.dtype).removeprefix("torch.")
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"unsupported dtype {dtype}; the kernel takes {', '.join(TORCH_DTYPES)}")
+    form = "none" if pos_weight is None else ("full" if pos_weight.shape == logits.shape else "last_dim")
+    tiling = compute_tiling(
+        list(logits.shape), dtype, reduction, params, rt.soc, "exact", weight is not None, form, wrt
+    )
+    z = rt.torch.empty_like(logits)
+    tensors = {"grad": grad, "logits": logits, "labels": labels, "weight": weight, "pos_weight": pos_weight}
+    dev = device_tiling(rt, tiling)
+    launch(rt, tiling, dev, {k: (None if v is None else v.contiguous()) for k, v in tensors.items()}, z)
+    return z
+
+
+def time_launches(
+    rt: NpuRuntime, tiling: TilingData, tensors: dict[str, Any], warmup: int, repeats: int, flush_l2: bool
+) -> list[float]:
+    """Kernel times in microseconds by torch.npu.Event: ``warmup`` untimed launches, then
+    ``repeats`` timed ones, each after an L2 flush when asked (a write larger than L2)."""
+    torch = rt.torch
+    z = torch.empty_like(tensors["logits"])
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=z.device) if flush_l2 else None
+    dev = device_tiling(rt, tiling)
+    for _ in range(warmup):
+        launch(rt, tiling, dev, tensors, z)
+    torch.npu.synchronize()
+    samples = []
+    for _ in range(repeats):
+        if flush is not None:
+            flush.zero_()
+        start = torch.npu.Event(enable_timing=True)
+        end = torch.npu.Event(enable_timing=True)
+        start.record()
+        launch(rt, tiling, dev, tensors, z)
+        end.record()
+        torch.npu.synchronize()
+        samples.append(float(start.elapsed_time(end)) * 1000.0)  # ms -> us
+    return samples
+
+
+__all__ = ["NpuUnavailable", "bce_grad", "launch", "runtime", "time_launches"]
