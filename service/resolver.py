@@ -14,7 +14,7 @@ from typing import Any
 
 from service.logs import LOGGER, event
 from tiling_model import TilingData, TilingParams, compute_tiling, load_soc, predict_detail, validate
-from tiling_model.search import model_best
+from tiling_model.search import model_best, refit
 from tiling_model.tables import TuningTable, kernel_source_hash
 from tiling_model.tiling import KNOB_NAMES, TilingError, default_tile_bytes, element_count
 
@@ -92,7 +92,11 @@ class TilingResolver:
         table = self.tables.get(q.soc)
         entry = table.lookup(q.dtype, q.reduction, q.weight, n, q.pos_weight, q.wrt) if table else None
         if table is not None and entry is not None:
-            t = self._tiling(q, entry.tiling_params())
+            params = entry.tiling_params()
+            if entry.size != n:  # unseen size: keep the bucket's block and BUFFER_NUM, re-fit cores and tile
+                classes = q.shape[-1] if q.pos_weight == "last_dim" else 1
+                params = refit(n, q.dtype, q.reduction, q.weight, soc, params, q.pos_weight, q.wrt, classes)
+            t = self._tiling(q, params)
             bad = validate(t, soc)
             if not bad:
                 prov = {

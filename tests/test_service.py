@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from tiling_model import TilingParams, compute_tiling, load_soc, predict, validate
+from tiling_model.kernels import bce_grad_kernel
+from tiling_model.space import score_space
 from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
 
 GOOD = {"block_bytes": 1024, "buffer_num": 2, "tile_bytes": 8192, "core_num": 40}
@@ -136,9 +138,18 @@ def test_exact_entry_is_served_with_its_exact_bytes(server: Server) -> None:
     assert doc["provenance"]["schema_version"] == 3 and doc["provenance"]["backend"] == "model"
 
 
-def test_sizes_in_the_bucket_use_the_entry(server: Server) -> None:
+def test_sizes_in_the_bucket_refit_the_entry(server: Server) -> None:
+    """Unseen size: the bucket's block and BUFFER_NUM stay, cores and tile are the model's best for them."""
     doc = post(server, {"shape": [3, 333333], "dtype": "float16", "reduction": "mean"}).json()
-    assert doc["source"] == "bucket" and doc["params"] == GOOD and doc["n"] == 999999
+    assert doc["source"] == "bucket" and doc["n"] == 999999
+    p = doc["params"]
+    assert (p["block_bytes"], p["buffer_num"]) == (GOOD["block_bytes"], GOOD["buffer_num"])
+    soc = load_soc("Ascend910B2")
+    got = predict(compute_tiling([999999], "float16", "mean", TilingParams(**p)), soc)
+    as_is = predict(compute_tiling([999999], "float16", "mean", TilingParams(**GOOD)), soc)
+    scored = score_space(bce_grad_kernel("float16", "mean"), soc, 999999, blocks_only=(GOOD["block_bytes"],),
+                         buffers_only=(GOOD["buffer_num"],))  # fmt: skip
+    assert got <= as_is and got == pytest.approx(float(scored.result.predicted_us.min()), rel=1e-9)
 
 
 def test_untuned_soc_falls_back_to_the_model(server: Server) -> None:

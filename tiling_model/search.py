@@ -1,11 +1,12 @@
-"""Pick tiling parameters with the cost model alone (no tuning table needed)."""
+"""Pick tiling parameters with the cost model: alone (no tuning table needed), or to re-fit a
+tuned bucket's knobs to an exact size the table was not tuned at."""
 
 from __future__ import annotations
 
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.soc import SocProfile
 from tiling_model.space import score_space
-from tiling_model.tiling import TilingData, compute_tiling
+from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
 
 
@@ -28,3 +29,34 @@ def model_best(
         if not validate(t, soc):
             return t
     raise RuntimeError(f"no valid tiling in the model's space for n={n} {dtype}/{reduction} on {soc.name}")
+
+
+def refit(
+    n: int,
+    dtype: str,
+    reduction: str,
+    weight: bool,
+    soc: SocProfile,
+    tuned: TilingParams,
+    pos_weight: str = "none",
+    wrt: str = "logit",
+    classes: int = 1,
+) -> TilingParams:
+    """The unseen-size policy: keep a bucket's tuned block size and BUFFER_NUM (what was measured
+    to suit the hardware), let the model choose the core count and tile at the exact size (what
+    depends on n: how the blocks divide over cores and tiles). Falls back to ``tuned`` if no
+    configuration of that block and buffer count is valid."""
+    kernel = bce_grad_kernel(dtype, reduction, weight, pos_weight, wrt, "exact", classes)
+    assert tuned.block_bytes is not None and tuned.buffer_num is not None
+    if tuned.buffer_num not in kernel.allowed_buffer_nums():
+        return tuned
+    scored = score_space(kernel, soc, max(n, 1), blocks_only=(tuned.block_bytes,), buffers_only=(tuned.buffer_num,))
+    if len(scored) == 0:
+        return tuned
+    shape = [n] if pos_weight != "last_dim" else [max(n // classes, 1), classes]
+    for i in [scored.best_index(), *scored.ranked(16)]:
+        p = scored.params(i)
+        t = compute_tiling(shape, dtype, reduction, p, soc, "exact", weight, pos_weight, wrt)
+        if not validate(t, soc):
+            return p
+    return tuned

@@ -55,13 +55,21 @@ def tile_choices(kernel: ElementwiseKernel, soc: SocProfile, buffer_num: int) ->
     return np.arange(TILE_STEP_BYTES, top + 1, TILE_STEP_BYTES)
 
 
-def enumerate_space(kernel: ElementwiseKernel, soc: SocProfile, n: int) -> tuple[np.ndarray, ...]:
-    """Every valid (block, buffers, tile, cores) of the space; cores beyond the block count are
-    left out (they give the same tiling as the block count)."""
+def enumerate_space(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    blocks_only: tuple[int, ...] | None = None,
+    buffers_only: tuple[int, ...] | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Every valid (block, buffers, tile, cores) of the space, optionally for some block sizes and
+    buffer counts only; cores beyond the block count are left out (same tiling as the block count)."""
     cols: list[list[np.ndarray]] = [[], [], [], []]
     for bn in kernel.allowed_buffer_nums(BUFFER_CHOICES):
+        if buffers_only is not None and bn not in buffers_only:
+            continue
         tiles = tile_choices(kernel, soc, bn)
-        for block in BLOCK_CHOICES:
+        for block in blocks_only if blocks_only is not None else BLOCK_CHOICES:
             blocks = max(-(-n * kernel.elem_bytes // block), 1)
             cores = np.arange(1, min(soc.aiv_cores, blocks) + 1)
             t, c = np.meshgrid(tiles, cores, indexing="ij")
@@ -72,9 +80,17 @@ def enumerate_space(kernel: ElementwiseKernel, soc: SocProfile, n: int) -> tuple
     return tuple(np.concatenate(c).astype(np.int64) for c in cols)
 
 
-def score_space(kernel: ElementwiseKernel, soc: SocProfile, n: int, warm_l2: bool = False) -> ScoredSpace:
-    """Predict every configuration of the space for ``n`` elements (exact scheme)."""
-    block, bn, tile, cores = enumerate_space(kernel, soc, n)
+def score_space(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    warm_l2: bool = False,
+    blocks_only: tuple[int, ...] | None = None,
+    buffers_only: tuple[int, ...] | None = None,
+) -> ScoredSpace:
+    """Predict every configuration of the space (or of the given blocks and buffer counts) for
+    ``n`` elements (exact scheme)."""
+    block, bn, tile, cores = enumerate_space(kernel, soc, n, blocks_only, buffers_only)
     kinds = kinds_exact(n, kernel.elem_bytes, block, bn, tile, cores)
     result = simulate(kernel, kinds, soc, np.full(block.shape, n), warm_l2)
     return ScoredSpace(block, bn, tile, cores, result)

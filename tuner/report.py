@@ -12,6 +12,7 @@ import numpy as np
 
 from tiling_model import compute_tiling, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
+from tiling_model.search import refit
 from tiling_model.space import score_space
 from tiling_model.tables import TuningTable
 
@@ -34,8 +35,10 @@ class Regret:
         return self.values[-1]
 
 
-def held_out_regret(table: TuningTable, count: int, seed: int = 7) -> Regret:
-    """Regret of the table's bucket knobs on ``count`` log-uniform held-out sizes (model, noise-free)."""
+def held_out_regret(table: TuningTable, count: int, seed: int = 7, policy: str = "refit") -> Regret:
+    """Regret of the unseen-size policy on ``count`` log-uniform held-out sizes (model, noise-free):
+    ``refit`` (what the service does: bucket block and BUFFER_NUM, cores and tile re-fit at the exact
+    size) or ``nearest`` (the bucket's knobs as they are: what the C++ header does)."""
     soc = load_soc(table.soc)
     keys = sorted({e.key for e in table.entries})
     sizes = sorted({e.size for e in table.entries})
@@ -45,7 +48,10 @@ def held_out_regret(table: TuningTable, count: int, seed: int = 7) -> Regret:
         dtype, reduction, weight, pw, wrt = keys[rng.integers(len(keys))]
         n = int(np.exp(rng.uniform(np.log(sizes[0]), np.log(sizes[-1]))))
         e = table.lookup(dtype, reduction, weight, n, pw, wrt)
-        t = compute_tiling([n], dtype, reduction, e.tiling_params(), soc, "exact", weight, pw, wrt)
+        params = e.tiling_params()
+        if policy == "refit" and e.size != n:
+            params = refit(n, dtype, reduction, weight, soc, params, pw, wrt)
+        t = compute_tiling([n], dtype, reduction, params, soc, "exact", weight, pw, wrt)
         best = float(score_space(bce_grad_kernel(dtype, reduction, weight, pw, wrt), soc, n).result.predicted_us.min())
         r = predict(t, soc) / best - 1
         out.append(r)
