@@ -3,12 +3,15 @@
 A backend takes single samples (one timed launch each) and can flush L2 between them; the
 measurement protocol (``tuner.protocol``) decides how many samples make a measurement. The
 cost model is deterministic unless it is given synthetic noise (to exercise the protocol and the
-search as a real, noisy device would). The CPU twin and NPU backends join with the kernel issue.
+search as a real, noisy device would). ``cpu`` times the real kernel source in the CPU twin (a
+real, noisy clock that exercises the protocol; its times say nothing about the NPU) and checks
+each tiling's output once; ``npu`` times the compiled kernel with torch.npu.Event (not run here).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,10 +61,135 @@ class ModelBackend:
         return None
 
 
-BACKENDS: dict[str, type] = {"model": ModelBackend}
+class CpuTwinBackend:
+    """Wall time of one run of the kernel source in the CPU twin (all cores, one thread).
+
+    Inputs are made once per (shape, variant); the first run of each tiling is checked against the
+    float64 reference, so a tiling that faults or computes wrongly fails its trial.
+    """
+
+    name = "cpu"
+    deterministic = False
+    MAX_ELEMENTS = 1 << 24
+
+    def __init__(self, seed: int = 0) -> None:
+        from kernel import cpu  # the twin needs g++ on first use: imported only when asked for
+
+        self._cpu = cpu
+        self._seed = seed
+        self._inputs: dict[tuple, dict[str, Any]] = {}
+        self._checked: set[tuple] = set()
+
+    def _arrays(self, t: TilingData) -> dict[str, Any]:
+        key = (t.shape, t.dtype, t.reduction, t.weight, t.pos_weight, t.wrt)
+        if key not in self._inputs:
+            rng = np.random.default_rng(self._seed)
+            d = self._cpu.DTYPES[t.dtype]
+            shape = t.shape
+            is_int = np.issubdtype(d, np.integer)
+            mk = lambda s, lo, hi: (rng.integers(-6, 7, s) if is_int else rng.uniform(lo, hi, s)).astype(d)  # noqa: E731
+            self._inputs[key] = {
+                "grad": mk(shape if t.reduction == "none" else (1,), 0.5, 2.0),
+                "logits": mk(shape, 0.02, 0.98),
+                "labels": mk(shape, 0.0, 1.0),
+                "weight": mk(shape, 0.25, 4.0) if t.weight else None,
+                "pos_weight": None
+                if t.pos_weight == "none"
+                else mk(shape if t.pos_weight == "full" else shape[-1:], 0.1, 5.0),
+            }
+        return self._inputs[key]
+
+    def sample(self, tiling: TilingData) -> float:
+        if tiling.n > self.MAX_ELEMENTS:
+            raise MeasurementError(f"the cpu backend runs up to {self.MAX_ELEMENTS} elements, not {tiling.n}")
+        a = self._arrays(tiling)
+        out = np.zeros(tiling.shape, dtype=self._cpu.DTYPES[tiling.dtype])
+        start = time.perf_counter()
+        try:
+            self._cpu.run_tiling(tiling, a, out, threads=1)
+        except self._cpu.KernelFault as e:
+            raise MeasurementError(f"kernel fault in the CPU twin: {e}") from None
+        us = (time.perf_counter() - start) * 1e6
+        key = (tiling.shape, tiling.dtype, tiling.reduction, tiling.weight, tiling.pos_weight, tiling.wrt,
+               tiling.params)  # fmt: skip
+        if key not in self._checked:
+            _check_output(tiling, a, out)
+            self._checked.add(key)
+        return us
+
+    def flush_l2(self) -> None:
+        return None
+
+
+def _check_output(t: TilingData, a: dict[str, Any], out: np.ndarray) -> None:
+    from kernel.reference import integer_reference, mismatches, reference, terms
+
+    args = (a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"])
+    if np.issubdtype(out.dtype, np.integer):
+        bad = np.flatnonzero(out != integer_reference(*args))
+    else:
+        ref = reference(*args, t.reduction, t.wrt)
+        size = terms(*args, t.reduction, t.wrt)
+        bad = mismatches(out, ref, size, cancels=t.pos_weight != "none" or t.wrt == "probability")
+    if bad.size:
+        raise MeasurementError(f"wrong output in the CPU twin: {bad.size} of {out.size} elements off the reference")
+
+
+class NpuBackend:
+    """One timed launch of the compiled kernel (torch.npu.Event); L2 flushed by a 256 MiB write.
+
+    NOT RUN on bcetune's CI (no NPU): constructing it without torch_npu, a device or the built
+    extension raises NpuUnavailable, which the CLI reports as one line.
+    """
+
+    name = "npu"
+    deterministic = False
+
+    def __init__(self, seed: int = 0) -> None:
+        from kernel import npu
+
+        self._npu = npu
+        self._rt = npu.runtime()
+        self._seed = seed
+        self._inputs: dict[tuple, dict[str, Any]] = {}
+        torch = self._rt.torch
+        self._flush = torch.empty(npu.L2_FLUSH_BYTES, dtype=torch.uint8).npu()
+
+    def sample(self, tiling: TilingData) -> float:
+        torch = self._rt.torch
+        key = (tiling.shape, tiling.dtype, tiling.reduction, tiling.weight, tiling.pos_weight, tiling.wrt)
+        if key not in self._inputs:
+            g = torch.Generator().manual_seed(self._seed)
+            dt = getattr(torch, tiling.dtype)
+            shape = tiling.shape
+            mk = lambda s: torch.rand(s, generator=g).to(dt).npu()  # noqa: E731
+            self._inputs[key] = {
+                "grad": mk(shape if tiling.reduction == "none" else (1,)),
+                "logits": mk(shape),
+                "labels": mk(shape),
+                "weight": mk(shape) if tiling.weight else None,
+                "pos_weight": None
+                if tiling.pos_weight == "none"
+                else mk(shape if tiling.pos_weight == "full" else shape[-1:]),
+            }
+        try:
+            return self._npu.time_launches(self._rt, tiling, self._inputs[key], warmup=0, repeats=1, flush_l2=False)[0]
+        except RuntimeError as e:  # an ACL error or a timeout fails this trial only
+            raise MeasurementError(f"NPU launch failed: {e}") from None
+
+    def flush_l2(self) -> None:
+        self._flush.zero_()
+
+
+BACKENDS: dict[str, type] = {"model": ModelBackend, "cpu": CpuTwinBackend, "npu": NpuBackend}
 
 
 def make_backend(name: str, noise: float = 0.0, outlier_rate: float = 0.0, seed: int = 0) -> Backend:
+    """The backend called ``name``; ``cpu`` and ``npu`` take no synthetic noise (they have their own)."""
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; available here: {', '.join(BACKENDS)}")
-    return ModelBackend(noise, outlier_rate, seed)
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
+    if name == "model":
+        return ModelBackend(noise, outlier_rate, seed)
+    if noise or outlier_rate:
+        raise ValueError(f"--noise and --outlier-rate apply to the model backend, not {name!r}")
+    return BACKENDS[name](seed)

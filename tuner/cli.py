@@ -10,11 +10,14 @@ from pathlib import Path
 
 import optuna
 
+from kernel.cpu import KernelBuildError
+from kernel.npu import NpuUnavailable
 from tiling_model import DTYPES, REDUCTIONS, known_socs
 from tiling_model.cliutil import Parser, positive_int
 from tiling_model.tables import TableError, load_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
+from tuner.gate import GateFailure
 from tuner.protocol import Protocol
 from tuner.records import RecordLog
 from tuner.report import write_report
@@ -146,9 +149,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = run_sweep(
             keys, backend, storage, args.trials, out, not args.no_progress, protocol, args.patience, records
         )
-    except ValueError as e:
+    except (ValueError, NpuUnavailable, KernelBuildError) as e:
         print(f"python -m tuner: error: {e}", file=sys.stderr)
         return 2
+    except GateFailure as e:
+        print(f"python -m tuner: error: {e}", file=sys.stderr)
+        return 1
     took = time.perf_counter() - start
     print(f"wrote {out}: {len(table.entries)} entries, {args.trials} trials each, {took:.1f} s")
     return 0

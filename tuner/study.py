@@ -179,10 +179,12 @@ def confirm_winner(
     return winner, wm.median_us, wm.iqr_us
 
 
-def seed_default_tiling(key: StudyKey, soc: SocProfile) -> TilingData:
+def seed_default_tiling(key: StudyKey, soc: SocProfile, runnable: bool = False) -> TilingData:
     """What the requirement's code would run for this key: its own tiling and kernel where that
-    kernel computes the variant (it always reads weight), else its default knobs on our kernel."""
-    if key.pos_weight == "none" and key.wrt == "logit":
+    kernel computes the variant (it always reads weight), else its default knobs on our kernel.
+    ``runnable`` (timed backends): always its default knobs on our kernel, because the seed's own
+    tiling overflows the usable UB or reads past the tensors and cannot be timed."""
+    if key.pos_weight == "none" and key.wrt == "logit" and not runnable:
         return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "seed", True)
     return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "exact", key.weight, key.pos_weight, key.wrt)
 
@@ -237,7 +239,7 @@ def tune(
             callbacks=[enough] + ([_Patience(patience)] if patience > 0 else []),
         )
     best, tuned_us, spread_us = confirm_winner(study, key, space, backend, protocol)
-    seed_tiling = seed_default_tiling(key, soc)
+    seed_tiling = seed_default_tiling(key, soc, runnable=backend.name != "model")
     params = dict(zip(KNOB_NAMES, _params_of(best), strict=True))
     return TableEntry(
         dtype=key.dtype,

@@ -16,6 +16,7 @@ from tiling_model import SocProfile, load_soc, valid_combinations
 from tiling_model.dtypes import FLOAT_DTYPES
 from tiling_model.tables import TuningTable, kernel_source_hash, write_table
 from tuner.backends import Backend
+from tuner.gate import GateFailure, check_tiling
 from tuner.protocol import Protocol
 from tuner.records import RecordLog
 from tuner.study import StudyKey, tune
@@ -87,13 +88,25 @@ def run_sweep(
     if len(socs) != 1:
         raise ValueError(f"one SoC per sweep, got {sorted(socs)}")
     soc = load_soc(keys[0].soc)
-    entries = []
+    entries, failures = [], []
     bar = tqdm(keys, desc=f"sweep {soc.name}", unit="study", disable=not progress)
     for key in bar:
         bar.set_postfix_str(
             f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/{key.wrt}/pw_{key.pos_weight}/n={key.size}"
         )
-        entries.append(tune(key, backend, storage, trials, protocol, patience, records))
+        entry = tune(key, backend, storage, trials, protocol, patience, records)
+        try:  # no entry ships before the real kernel source ran it correctly in the CPU twin
+            check_tiling(key.soc, key.size, key.dtype, key.reduction, key.weight, key.pos_weight, key.wrt,
+                         entry.tiling_params(), seed=key.seed())  # fmt: skip
+        except GateFailure as e:
+            failures.append(str(e))
+            continue
+        entries.append(entry)
+    if failures:
+        raise GateFailure(
+            f"{len(failures)} of {len(keys)} entries failed the CPU-twin gate; no table written "
+            f"(the studies are kept: rerun to resume). First: {failures[0]}"
+        )
     table = TuningTable(
         soc=soc.name,
         soc_profile_hash=soc.profile_hash,

@@ -1,0 +1,148 @@
+"""The correctness gate: before a table entry is written, its tiling runs in the CPU twin (the real
+kernel source) and the output is checked against the float64 reference.
+
+Sizes up to ``FULL_RUN_LIMIT`` elements run whole. Larger ones run the cores whose arithmetic
+differs (the first core, the first small core, the last core, which is cut to end at n-1) over
+inputs that are random in a window at each end of those cores (first tiles, tail tile, core
+boundaries) and zero elsewhere, where z must then be exactly zero: ``np.zeros`` pages that are
+never touched cost no memory, so a 1Gi-element tiling is checked in about a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernel import cpu
+from kernel.reference import integer_reference, mismatches, reference, terms
+from tiling_model import TilingParams, compute_tiling
+from tiling_model.tiling import TilingData
+
+FULL_RUN_LIMIT = 1 << 22
+WINDOW = 1 << 16  # random elements at each end of a core in a partial run
+#: C of a last-dim pos_weight in the gate (it divides every tuned size; C does not change the knobs)
+GATE_CLASSES = 64
+
+
+class GateFailure(RuntimeError):
+    """The tuned tiling faulted in the twin or gave a wrong answer: the entry must not ship."""
+
+
+@dataclass(frozen=True)
+class GateResult:
+    cores_run: int
+    elements_checked: int
+
+
+def core_ranges(t: TilingData) -> list[tuple[int, int, int]]:
+    """(block index, first element, element count) of every core of an exact tiling."""
+    f = t.fields
+    out = []
+    for i in range(t.block_dim):
+        big = i < f.tailBlockNum
+        start = (
+            i * f.bigCoreDataNum
+            if big
+            else f.tailBlockNum * f.bigCoreDataNum + (i - f.tailBlockNum) * f.smallCoreDataNum
+        )
+        count = f.lastCoreDataNum if i == t.block_dim - 1 else (f.bigCoreDataNum if big else f.smallCoreDataNum)
+        out.append((i, start, count))
+    return out
+
+
+def _fill(rng: np.random.Generator, a: np.ndarray, lo: int, hi: int, kind: str, is_int: bool) -> None:
+    n = hi - lo
+    if is_int:
+        a[lo:hi] = rng.integers(-6, 7, n).astype(a.dtype)
+    elif kind == "p":
+        a[lo:hi] = rng.uniform(0.02, 0.98, n).astype(a.dtype)
+    elif kind == "y":
+        a[lo:hi] = rng.integers(0, 2, n).astype(a.dtype)
+    else:
+        a[lo:hi] = rng.uniform(0.25, 2.0, n).astype(a.dtype)
+
+
+def check_tiling(
+    soc: str,
+    n: int,
+    dtype: str,
+    reduction: str,
+    weight: bool,
+    pos_weight: str,
+    wrt: str,
+    params: TilingParams,
+    seed: int = 0,
+) -> GateResult:
+    """Run ``params`` for ``n`` elements of this variant in the twin and check z; GateFailure if not right."""
+    classes = GATE_CLASSES if pos_weight == "last_dim" else 1
+    shape = [n // classes, classes] if pos_weight == "last_dim" else [n]
+    t = compute_tiling(shape, dtype, reduction, params, soc, "exact", weight, pos_weight, wrt)
+    n = t.n
+    ranges = core_ranges(t)
+    if n > FULL_RUN_LIMIT:
+        picks = {0, t.fields.tailBlockNum, t.block_dim - 1}
+        ranges = [r for r in ranges if r[0] in picks]
+    d = cpu.DTYPES[dtype]
+    is_int = np.issubdtype(d, np.integer)
+    rng = np.random.default_rng(seed)
+    flat = {k: np.zeros(n, dtype=d) for k in ("logits", "labels")}
+    if reduction == "none":
+        flat["grad"] = np.zeros(n, dtype=d)
+    if weight:
+        flat["weight"] = np.zeros(n, dtype=d)
+    if pos_weight == "full":
+        flat["pos_weight"] = np.zeros(n, dtype=d)
+    windows = []
+    for _, lo, count in ranges:
+        if n > FULL_RUN_LIMIT and count > 2 * WINDOW:
+            windows += [(lo, WINDOW), (lo + count - WINDOW, WINDOW)]
+        else:
+            windows.append((lo, count))
+    for lo, count in windows:
+        for k, a in flat.items():
+            _fill(rng, a, lo, lo + count, {"logits": "p", "labels": "y"}.get(k, "w"), is_int)
+    arrays: dict[str, np.ndarray | None] = {k: a.reshape(shape) for k, a in flat.items()}
+    if reduction != "none":
+        arrays["grad"] = rng.uniform(0.5, 2.0, 1).astype(d)
+    if pos_weight == "last_dim":
+        arrays["pos_weight"] = (rng.integers(-3, 4, classes) if is_int else rng.uniform(0.5, 3.0, classes)).astype(d)
+    out = np.zeros(shape, dtype=d)
+    try:
+        cpu.run_tiling(t, arrays, out, cores=[r[0] for r in ranges])
+    except cpu.KernelFault as e:
+        raise GateFailure(f"{dtype}/{reduction}/n={n} {params}: twin fault: {e}") from None
+    z = out.reshape(-1)
+    pw = arrays.get("pos_weight")
+    checked = 0
+    bits = z.view(np.uint16 if z.itemsize == 2 else np.uint32)
+    in_windows = sum(np.count_nonzero(bits[lo : lo + c]) for lo, c in windows)
+    if sum(np.count_nonzero(bits[lo : lo + c]) for _, lo, c in ranges) != in_windows:
+        raise GateFailure(f"{dtype}/{reduction}/n={n} {params}: non-zero output where every input was zero")
+    for lo, count in windows:
+        sl = slice(lo, lo + count)
+
+        def part(k: str, sl: slice = sl) -> np.ndarray | None:
+            a = arrays.get(k)
+            if a is None:
+                return None
+            return a.reshape(-1)[sl] if a.size == n else a
+
+        g = part("grad")
+        pwp = None
+        if pw is not None:
+            pwp = pw.reshape(-1)[sl] if pos_weight == "full" else pw[np.arange(sl.start, sl.stop) % classes]
+        args = (g, part("logits"), part("labels"), part("weight"), pwp)
+        if is_int:
+            bad = np.flatnonzero(z[sl] != integer_reference(*args))
+        else:
+            ref = reference(*args, reduction, wrt)
+            if reduction == "mean":  # the reference divides by the slice's size; the kernel by n
+                ref = ref * count / n
+            size = terms(*args, reduction, wrt) * (count / n if reduction == "mean" else 1)
+            bad = mismatches(z[sl], ref, size, cancels=pos_weight != "none" or wrt == "probability")
+        if bad.size:
+            i = lo + int(bad[0])
+            raise GateFailure(f"{dtype}/{reduction}/n={n} {params}: {bad.size} wrong elements, first at {i}")
+        checked += count
+    return GateResult(len(ranges), checked)
