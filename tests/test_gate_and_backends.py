@@ -88,7 +88,8 @@ def test_a_gate_failure_writes_no_table_and_says_why(tmp_path: Path) -> None:
         [sys.executable, "-m", "tuner", "sweep", "--soc", "Ascend910B2", "--dtypes", "float32", "--reductions",
          "none", "--sizes", "4096", "--trials", "2", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--out",
          str(out), "--no-progress"],
-        capture_output=True, text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "BCETUNE_CACHE_DIR": str(env_cache)},
+        capture_output=True, text=True, cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "BCETUNE_CACHE_DIR": str(env_cache)},
     )  # fmt: skip
     assert r.returncode == 1, r.stderr
     assert "failed the CPU-twin gate; no table written" in r.stderr and "wrong elements" in r.stderr
