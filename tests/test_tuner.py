@@ -125,7 +125,7 @@ def test_cli_sweep_and_bad_flags(tmp_path: Path) -> None:
         (["--soc", "Ascend910B2", "--storage", "sqlite:////nonexistent/dir/x.db"], "does not exist"),
         (["--soc", "Ascend910B2", "--noise", "-0.1"], "noise must be >= 0"),
         (["--soc", "Ascend910B2", "--storage", "postgresql+psycopg2://nobody@127.0.0.1:1/x"], "cannot open storage"),
-        (["--soc", "Ascend910B2", "--backend", "npu"], "invalid choice: 'npu'"),
+        (["--soc", "Ascend910B2", "--backend", "tpu"], "invalid choice: 'tpu'"),
         (["--soc", "Ascend910B2", "--repeats", "2"], "repeats >= 3"),
     ]:
         r = subprocess.run(
