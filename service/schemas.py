@@ -197,7 +197,10 @@ class TilingResponse(BaseModel):
     tiling_key: int
     predicted_us: float
     roofline_us: float
-    source: Literal["exact", "bucket", "model"]
+    source: Literal["exact", "bucket", "model"] = Field(
+        description="exact: tuned at this size; bucket: the size bucket's block and BUFFER_NUM with cores and "
+        "tile re-fitted by the model at this size; model: the model's best over the whole space"
+    )
     provenance: Provenance
 
 
