@@ -173,6 +173,7 @@ def test_last_dim_pos_weight_every_class_count(dtype: str, classes: int) -> None
         check_case((rows, classes), dtype, reduction, i % 2 == 1, "last_dim", "logit", params, "exact", i)
 
 
+@pytest.mark.kernel_sweep
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_every_variant_on_cores_1_to_48(dtype: str) -> None:
     per_block = 512 // DTYPE_BYTES[dtype]
@@ -270,24 +271,28 @@ def run_random(case: dict) -> None:
     check_case(**case)
 
 
+@pytest.mark.kernel_sweep
 @settings(max_examples=400)
 @given(cases(("float32",)))
 def test_random_float32(case: dict) -> None:
     run_random(case)
 
 
+@pytest.mark.kernel_sweep
 @settings(max_examples=400)
 @given(cases(("float16",)))
 def test_random_float16(case: dict) -> None:
     run_random(case)
 
 
+@pytest.mark.kernel_sweep
 @settings(max_examples=400)
 @given(cases(("bfloat16",)))
 def test_random_bfloat16(case: dict) -> None:
     run_random(case)
 
 
+@pytest.mark.kernel_sweep
 @settings(max_examples=400)
 @given(cases(INTS))
 def test_random_ints(case: dict) -> None:
