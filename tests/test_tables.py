@@ -61,7 +61,7 @@ def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
     [
         (lambda d: d.update(schema_version=99), "schema_version 99 is not 3"),
         (lambda d: d.pop("kernel_hash"), "kernel_hash missing"),
-        (lambda d: d["entries"][0].update(pos_weight="last_dim"), "pos_weight 'last_dim' is not none or full"),
+        (lambda d: d["entries"][0].update(pos_weight="row"), "pos_weight 'row' is not one of"),
         (lambda d: d.pop("backend"), "backend missing"),
         (lambda d: d["entries"][0].update(dtype="float64"), "entries[0]: unknown dtype 'float64'"),
         (lambda d: d["entries"][0]["params"].pop("core_num"), "entries[0]: params must have exactly"),

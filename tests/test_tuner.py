@@ -271,3 +271,17 @@ def test_report_refuses_a_negative_regret_count(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "expected a positive integer, got '-5'" in r.stderr
+
+
+def test_unseen_size_policy_keeps_regret_within_three_percent() -> None:
+    """Sizes between buckets: the bucket's block and BUFFER_NUM with cores and tile re-fitted by the
+    model (the service's policy) stay within 3% of the best of the whole space at the exact size."""
+    from service.config import SHIPPED_TABLES
+    from tiling_model.tables import load_table
+    from tuner.report import held_out_regret
+
+    table = load_table(SHIPPED_TABLES / "Ascend910B2.json")
+    refit = held_out_regret(table, 25, seed=3, policy="refit")
+    nearest = held_out_regret(table, 25, seed=3, policy="nearest")
+    assert refit.worst <= 0.03, refit.worst_case
+    assert refit.median <= nearest.median and refit.worst <= nearest.worst

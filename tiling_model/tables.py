@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tiling_model.dtypes import DTYPES, REDUCTIONS
+from tiling_model.kernels import POS_WEIGHT_FORMS
 from tiling_model.tiling import KNOB_NAMES, TilingParams
 
 SCHEMA_VERSION = 3
@@ -157,7 +158,11 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
     _require(raw["dtype"] in DTYPES, where, f"unknown dtype {raw['dtype']!r}")
     _require(raw["reduction"] in REDUCTIONS, where, f"unknown reduction {raw['reduction']!r}")
     _require(isinstance(raw["weight"], bool), where, "weight is not a boolean")
-    _require(raw["pos_weight"] in ("none", "full"), where, f"pos_weight {raw['pos_weight']!r} is not none or full")
+    _require(
+        raw["pos_weight"] in POS_WEIGHT_FORMS,
+        where,
+        f"pos_weight {raw['pos_weight']!r} is not one of {POS_WEIGHT_FORMS}",
+    )
     _require(raw["wrt"] in ("logit", "probability"), where, f"wrt {raw['wrt']!r} is not logit or probability")
     _require(isinstance(raw["size"], int) and raw["size"] >= 1, where, "size is not a positive integer")
     params = raw["params"]

@@ -52,7 +52,8 @@ def held_out_regret(table: TuningTable, count: int, seed: int = 7, policy: str =
         if policy == "refit" and e.size != n:
             params = refit(n, dtype, reduction, weight, soc, params, pw, wrt)
         t = compute_tiling([n], dtype, reduction, params, soc, "exact", weight, pw, wrt)
-        best = float(score_space(bce_grad_kernel(dtype, reduction, weight, pw, wrt), soc, n).result.predicted_us.min())
+        kernel = bce_grad_kernel(dtype, reduction, weight, pw, wrt, classes=1)
+        best = float(score_space(kernel, soc, n).result.predicted_us.min())
         r = predict(t, soc) / best - 1
         out.append(r)
         if r > worst[0]:
