@@ -16,6 +16,7 @@ int main() {
         v.weight = weight != 0;
         v.posWeight = static_cast<bce_grad::PosWeight>(pw);
         v.wrt = static_cast<bce_grad::Wrt>(wrt);
+        v.classes = v.posWeight == bce_grad::PosWeight::LastDim ? n : 0;  // shape [n]: the last dim is n
         const bce_grad::TunedEntry* e = bce_grad::LookupTuned(soc, v, n);
         if (e) {
             std::printf("hit %lld %lld %lld %lld %lld", (long long)e->size, (long long)e->blockBytes,
