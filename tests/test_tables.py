@@ -107,7 +107,7 @@ def test_json_schema_accepts_what_the_loader_accepts_and_rejects_what_it_rejects
         lambda d: d.pop("kernel_hash"),
         lambda d: d.update(versions={"numpy": 2}),
         lambda d: d.update(calibration={"cases": 3}),
-        lambda d: d["entries"][0].update(pos_weight="last_dim"),
+        lambda d: d["entries"][0].update(pos_weight="row"),
         lambda d: d["entries"][0]["params"].update(tile_bytes=0),
         lambda d: d["entries"][0].pop("spread_us"),
         lambda d: d["entries"][0].update(extra=1),
