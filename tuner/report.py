@@ -116,16 +116,21 @@ def write_report(table: TuningTable, out_dir: Path, regret_sizes: int = 0) -> Pa
         f"max {max(trials)}).",
     ]
     if regret_sizes:
-        r = held_out_regret(table, regret_sizes)
         lines += [
             "",
             "## Regret on held-out sizes",
             "",
-            f"{regret_sizes} log-uniform sizes between the tuned ones, random variant keys: the bucket's knobs "
-            f"at the exact size versus the best of the whole space there (cost model): median "
-            f"{100 * r.median:.2f}%, 95th percentile {100 * r.p95:.2f}%, worst {100 * r.worst:.2f}% "
-            f"({r.worst_case}).",
+            f"{regret_sizes} log-uniform sizes between the tuned ones, random variant keys, against the best of the "
+            "whole space at each exact size (cost model):",
+            "",
+            "| policy | median | 95th percentile | worst | worst case |",
+            "|---|---|---|---|---|",
         ]
+        for policy, label in (("refit", "re-fit (the service)"), ("nearest", "nearest bucket (the C++ header)")):
+            r = held_out_regret(table, regret_sizes, policy=policy)
+            lines.append(
+                f"| {label} | {100 * r.median:.2f}% | {100 * r.p95:.2f}% | {100 * r.worst:.2f}% | {r.worst_case} |"
+            )
     md = out_dir / f"report-{soc}.md"
     md.write_text("\n".join(lines) + "\n")
     return md
