@@ -29,7 +29,7 @@ def main() -> int:
         f"table tuned at {len(sizes)} sizes"
     )
     for policy in ("refit", "nearest"):
-        r = held_out_regret(table, a.sizes, policy=policy)
+        r = held_out_regret(table, a.sizes, policy=policy, progress=True)
         print(
             f"{policy:8s} regret median {100 * r.median:.2f}%, 95th percentile {100 * r.p95:.2f}%, "
             f"worst {100 * r.worst:.2f}% ({r.worst_case})"

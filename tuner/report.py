@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from tiling_model import compute_tiling, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
@@ -35,7 +36,9 @@ class Regret:
         return self.values[-1]
 
 
-def held_out_regret(table: TuningTable, count: int, seed: int = 7, policy: str = "refit") -> Regret:
+def held_out_regret(
+    table: TuningTable, count: int, seed: int = 7, policy: str = "refit", progress: bool = False
+) -> Regret:
     """Regret of the unseen-size policy on ``count`` log-uniform held-out sizes (model, noise-free):
     ``refit`` (what the service does: bucket block and BUFFER_NUM, cores and tile re-fit at the exact
     size) or ``nearest`` (the bucket's knobs as they are: what the C++ header does)."""
@@ -44,7 +47,7 @@ def held_out_regret(table: TuningTable, count: int, seed: int = 7, policy: str =
     sizes = sorted({e.size for e in table.entries})
     rng = np.random.default_rng(seed)
     out, worst = [], (-1.0, "")
-    for _ in range(count):
+    for _ in tqdm(range(count), desc=f"regret ({policy})", unit="size", disable=not progress):
         dtype, reduction, weight, pw, wrt = keys[rng.integers(len(keys))]
         n = int(np.exp(rng.uniform(np.log(sizes[0]), np.log(sizes[-1]))))
         e = table.lookup(dtype, reduction, weight, n, pw, wrt)
@@ -127,7 +130,7 @@ def write_report(table: TuningTable, out_dir: Path, regret_sizes: int = 0) -> Pa
             "|---|---|---|---|---|",
         ]
         for policy, label in (("refit", "re-fit (the service)"), ("nearest", "nearest bucket (the C++ header)")):
-            r = held_out_regret(table, regret_sizes, policy=policy)
+            r = held_out_regret(table, regret_sizes, policy=policy, progress=True)
             lines.append(
                 f"| {label} | {100 * r.median:.2f}% | {100 * r.p95:.2f}% | {100 * r.worst:.2f}% | {r.worst_case} |"
             )
