@@ -29,6 +29,16 @@ def _broadcast(pos_weight: np.ndarray | None, shape: tuple[int, ...]) -> np.ndar
     return np.broadcast_to(pos_weight, shape)
 
 
+def _operands(
+    grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, pos_weight: np.ndarray | None, reduction: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """p, y, g (a scalar for sum/mean) and pos_weight broadcast to p's shape, all in float64."""
+    p, y, g = (np.asarray(a).astype(np.float64) for a in (logits, labels, grad))
+    if reduction != "none":
+        g = g.reshape(())
+    return p, y, g, _broadcast(_f64(pos_weight), p.shape)
+
+
 def reference(
     grad: np.ndarray,
     logits: np.ndarray,
@@ -39,11 +49,7 @@ def reference(
     wrt: str = "logit",
 ) -> np.ndarray:
     """z in float64 (ints: exact in int64, returned as float64)."""
-    p, y, g = _f64(logits), _f64(labels), _f64(grad)
-    assert p is not None and y is not None and g is not None
-    if reduction != "none":
-        g = g.reshape(())
-    pw = _broadcast(_f64(pos_weight), p.shape)
+    p, y, g, pw = _operands(grad, logits, labels, pos_weight, reduction)
     if wrt == "probability":
         t = (p - y) / np.maximum(p * (1 - p), PROB_EPS)
     elif pw is not None:
@@ -85,11 +91,7 @@ def terms(
     wrt: str = "logit",
 ) -> np.ndarray:
     """Magnitude of the partial results the kernel rounds (|w g| times the summed term sizes)."""
-    p, y, g = _f64(logits), _f64(labels), _f64(grad)
-    assert p is not None and y is not None and g is not None
-    if reduction != "none":
-        g = g.reshape(())
-    pw = _broadcast(_f64(pos_weight), p.shape)
+    p, y, g, pw = _operands(grad, logits, labels, pos_weight, reduction)
     if wrt == "probability":
         den = np.maximum(p * (1 - p), PROB_EPS)
         size = (np.abs(p) + np.abs(y)) / den
