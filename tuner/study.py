@@ -189,6 +189,27 @@ def seed_default_tiling(key: StudyKey, soc: SocProfile, runnable: bool = False) 
     return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "exact", key.weight, key.pos_weight, key.wrt)
 
 
+SEED_WAIT_S = 5.0
+
+
+def _ensure_seeded(study: optuna.Study, seeds: list[dict[str, float | int]]) -> None:
+    """A creator killed while seeding leaves its study short of seeds. Give a live creator a few
+    seconds to finish, then enqueue the seeds still missing, so an interrupted sweep resumes to
+    the same table as an uninterrupted one."""
+    deadline = time.monotonic() + SEED_WAIT_S
+    while True:
+        if "seeded" in study.user_attrs:
+            return
+        present = [t.system_attrs.get("fixed_params") for t in study.get_trials(deepcopy=False)]
+        missing = [p for p in seeds if p not in present]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    for point in missing:
+        study.enqueue_trial(point)
+    study.set_user_attr("seeded", True)
+
+
 class _Patience:
     """Stop a study when its best value has not improved for ``trials`` completed trials."""
 
@@ -219,15 +240,17 @@ def tune(
     soc = load_soc(key.soc)
     space = SearchSpace(soc, key.dtype, key.reduction, key.weight, key.pos_weight, key.wrt)
     sampler = optuna.samplers.TPESampler(seed=key.seed(), multivariate=True, n_startup_trials=10)
+    seeds = [space.default_point(), *space.model_best_points(key.size, MODEL_SEEDS)]
     try:  # creating the study is atomic in the database: only its creator seeds it
         study = optuna.create_study(
             study_name=key.study_name(backend.name), storage=storage, sampler=sampler, direction="minimize"
         )
-        study.enqueue_trial(space.default_point())
-        for point in space.model_best_points(key.size, MODEL_SEEDS):
+        for point in seeds:
             study.enqueue_trial(point)
+        study.set_user_attr("seeded", True)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=key.study_name(backend.name), storage=storage, sampler=sampler)
+        _ensure_seeded(study, seeds)
     remaining = trials - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     if remaining > 0:
         # several workers share the study: stop when the study, not this worker, has enough trials
