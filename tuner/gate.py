@@ -16,8 +16,7 @@ import numpy as np
 
 from kernel import cpu
 from kernel.reference import integer_reference, mismatches, reference, terms
-from tiling_model import TilingParams, compute_tiling
-from tiling_model.tiling import TilingData
+from tiling_model import TilingParams, compute_tiling, core_plan
 
 FULL_RUN_LIMIT = 1 << 22
 WINDOW = 1 << 16  # random elements at each end of a core in a partial run
@@ -33,22 +32,6 @@ class GateFailure(RuntimeError):
 class GateResult:
     cores_run: int
     elements_checked: int
-
-
-def core_ranges(t: TilingData) -> list[tuple[int, int, int]]:
-    """(block index, first element, element count) of every core of an exact tiling."""
-    f = t.fields
-    out = []
-    for i in range(t.block_dim):
-        big = i < f.tailBlockNum
-        start = (
-            i * f.bigCoreDataNum
-            if big
-            else f.tailBlockNum * f.bigCoreDataNum + (i - f.tailBlockNum) * f.smallCoreDataNum
-        )
-        count = f.lastCoreDataNum if i == t.block_dim - 1 else (f.bigCoreDataNum if big else f.smallCoreDataNum)
-        out.append((i, start, count))
-    return out
 
 
 def _fill(rng: np.random.Generator, a: np.ndarray, lo: int, hi: int, kind: str, is_int: bool) -> None:
@@ -79,7 +62,7 @@ def check_tiling(
     shape = [n // classes, classes] if pos_weight == "last_dim" else [n]
     t = compute_tiling(shape, dtype, reduction, params, soc, "exact", weight, pos_weight, wrt)
     n = t.n
-    ranges = core_ranges(t)
+    ranges = [(c.index, c.start, c.count) for c in core_plan(t)]
     if n > FULL_RUN_LIMIT:
         picks = {0, t.fields.tailBlockNum, t.block_dim - 1}
         ranges = [r for r in ranges if r[0] in picks]
