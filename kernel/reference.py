@@ -47,8 +47,9 @@ def reference(
     pos_weight: np.ndarray | None = None,
     reduction: str = "none",
     wrt: str = "logit",
+    n: int | None = None,
 ) -> np.ndarray:
-    """z in float64 (ints: exact in int64, returned as float64)."""
+    """z in float64; ``n`` is the N that mean divides by (default: these elements, a slice may say more)."""
     p, y, g, pw = _operands(grad, logits, labels, pos_weight, reduction)
     if wrt == "probability":
         t = (p - y) / np.maximum(p * (1 - p), PROB_EPS)
@@ -60,7 +61,7 @@ def reference(
     if weight is not None:
         z = z * _f64(weight)
     if reduction == "mean":
-        z = z / max(p.size, 1)
+        z = z / max(n or p.size, 1)
     return z
 
 
@@ -89,6 +90,7 @@ def terms(
     pos_weight: np.ndarray | None = None,
     reduction: str = "none",
     wrt: str = "logit",
+    n: int | None = None,
 ) -> np.ndarray:
     """Magnitude of the partial results the kernel rounds (|w g| times the summed term sizes)."""
     p, y, g, pw = _operands(grad, logits, labels, pos_weight, reduction)
@@ -103,7 +105,7 @@ def terms(
     if weight is not None:
         s = s * np.abs(_f64(weight))
     if reduction == "mean":
-        s = s / max(p.size, 1)
+        s = s / max(n or p.size, 1)
     return s
 
 
@@ -136,3 +138,24 @@ def mismatches(z: np.ndarray, ref: np.ndarray, size: np.ndarray, cancels: bool) 
     if dt == ml_dtypes.bfloat16 or dt == np.float16:
         ok |= np.isnan(z.reshape(-1).astype(np.float32)) & np.isnan(ref.reshape(-1))
     return np.flatnonzero(~ok)
+
+
+def wrong_elements(
+    z: np.ndarray,
+    grad: np.ndarray,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    weight: np.ndarray | None = None,
+    pos_weight: np.ndarray | None = None,
+    reduction: str = "none",
+    wrt: str = "logit",
+    n: int | None = None,
+) -> np.ndarray:
+    """Indices where a kernel output ``z`` is off the reference: ints exactly, floats within the
+    dtype's tolerance. ``pos_weight`` may be full or [C]; ``n`` as in ``reference``."""
+    args = (grad, logits, labels, weight, pos_weight)
+    if np.issubdtype(z.dtype, np.integer):
+        return np.flatnonzero(z != integer_reference(*args))
+    ref = reference(*args, reduction, wrt, n)
+    size = terms(*args, reduction, wrt, n)
+    return mismatches(z, ref, size, cancels=pos_weight is not None or wrt == "probability")

@@ -122,15 +122,9 @@ class CpuTwinBackend:
 
 
 def _check_output(t: TilingData, a: dict[str, Any], out: np.ndarray) -> None:
-    from kernel.reference import integer_reference, mismatches, reference, terms
+    from kernel.reference import wrong_elements
 
-    args = (a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"])
-    if np.issubdtype(out.dtype, np.integer):
-        bad = np.flatnonzero(out != integer_reference(*args))
-    else:
-        ref = reference(*args, t.reduction, t.wrt)
-        size = terms(*args, t.reduction, t.wrt)
-        bad = mismatches(out, ref, size, cancels=t.pos_weight != "none" or t.wrt == "probability")
+    bad = wrong_elements(out, a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], t.reduction, t.wrt)
     if bad.size:
         raise MeasurementError(f"wrong output in the CPU twin: {bad.size} of {out.size} elements off the reference")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernel import cpu
-from kernel.reference import integer_reference, mismatches, reference, terms
+from kernel.reference import wrong_elements
 from tiling_model import TilingParams, compute_tiling, core_plan
 
 FULL_RUN_LIMIT = 1 << 22
@@ -116,14 +116,7 @@ def check_tiling(
         if pw is not None:
             pwp = pw.reshape(-1)[sl] if pos_weight == "full" else pw[np.arange(sl.start, sl.stop) % classes]
         args = (g, part("logits"), part("labels"), part("weight"), pwp)
-        if is_int:
-            bad = np.flatnonzero(z[sl] != integer_reference(*args))
-        else:
-            ref = reference(*args, reduction, wrt)
-            if reduction == "mean":  # the reference divides by the slice's size; the kernel by n
-                ref = ref * count / n
-            size = terms(*args, reduction, wrt) * (count / n if reduction == "mean" else 1)
-            bad = mismatches(z[sl], ref, size, cancels=pos_weight != "none" or wrt == "probability")
+        bad = wrong_elements(z[sl], *args, reduction, wrt, n)
         if bad.size:
             i = lo + int(bad[0])
             raise GateFailure(f"{dtype}/{reduction}/n={n} {params}: {bad.size} wrong elements, first at {i}")
