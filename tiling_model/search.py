@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.soc import SocProfile
-from tiling_model.space import score_space
+from tiling_model.space import ScoredSpace, score_space
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
 
@@ -23,11 +23,9 @@ def model_best(
     """The model's fastest valid exact-scheme tiling over the whole search space."""
     kernel = bce_grad_kernel(dtype, reduction, weight, pos_weight, wrt, "exact", classes)
     scored = score_space(kernel, soc, max(n, 1))
-    shape = [n] if pos_weight != "last_dim" else [n // classes, classes]
-    for i in [scored.best_index(), *scored.ranked(16)]:
-        t = compute_tiling(shape, dtype, reduction, scored.params(i), soc, "exact", weight, pos_weight, wrt)
-        if not validate(t, soc):
-            return t
+    t = _first_valid(scored, n, dtype, reduction, weight, soc, pos_weight, wrt, classes)
+    if t is not None:
+        return t
     raise RuntimeError(f"no valid tiling in the model's space for n={n} {dtype}/{reduction} on {soc.name}")
 
 
@@ -53,10 +51,25 @@ def refit(
     scored = score_space(kernel, soc, max(n, 1), blocks_only=(tuned.block_bytes,), buffers_only=(tuned.buffer_num,))
     if len(scored) == 0:
         return tuned
+    t = _first_valid(scored, n, dtype, reduction, weight, soc, pos_weight, wrt, classes)
+    return TilingParams(**t.params.as_dict()) if t is not None else tuned
+
+
+def _first_valid(
+    scored: ScoredSpace,
+    n: int,
+    dtype: str,
+    reduction: str,
+    weight: bool,
+    soc: SocProfile,
+    pos_weight: str,
+    wrt: str,
+    classes: int,
+) -> TilingData | None:
+    """The fastest of the scored configurations whose tiling validates (the best index, then the 16 fastest)."""
     shape = [n] if pos_weight != "last_dim" else [max(n // classes, 1), classes]
     for i in [scored.best_index(), *scored.ranked(16)]:
-        p = scored.params(i)
-        t = compute_tiling(shape, dtype, reduction, p, soc, "exact", weight, pos_weight, wrt)
+        t = compute_tiling(shape, dtype, reduction, scored.params(i), soc, "exact", weight, pos_weight, wrt)
         if not validate(t, soc):
-            return p
-    return tuned
+            return t
+    return None
