@@ -126,12 +126,11 @@ class _Tensor(ctypes.Structure):
         ("name", ctypes.c_char_p),
         ("data", ctypes.c_void_p),
         ("bytes", ctypes.c_uint64),
-        ("elem_bytes", ctypes.c_uint64),
     ]
 
 
 class _Stats(ctypes.Structure):
-    _fields_ = [("ub_peak", ctypes.c_uint64), ("ub_peak_min", ctypes.c_uint64), ("vector_elems", ctypes.c_uint64)]
+    _fields_ = [("ub_peak", ctypes.c_uint64), ("ub_peak_min", ctypes.c_uint64)]
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,6 @@ def run_tiling(
         tensors[i].name = name.encode()
         tensors[i].data = a.ctypes.data if a is not None and a.size else None
         tensors[i].bytes = a.nbytes if a is not None else 0
-        tensors[i].elem_bytes = a.itemsize if a is not None else 1
     which = (ctypes.c_int64 * max(len(cores or []), 1))(*(cores or [0]))
     stats = _Stats()
     io = (ctypes.c_uint64 * 16)()

@@ -639,7 +639,6 @@ template <typename D, typename S> void CheckOverlap(const LocalTensor<D>& d, con
 
 template <typename T> bool Begin(int32_t count, const char* op) {
     if (count < 0) twin::Fail("bad_count", twin::Format("%s with count %d", op, count));
-    twin::Cur().vectorElems += static_cast<uint64_t>(count);
     return count > 0;
 }
 

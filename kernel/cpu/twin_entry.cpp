@@ -11,18 +11,16 @@
 
 extern "C" {
 
-/** One GM tensor: name (for fault messages), address, size in bytes, element size. */
+/** One GM tensor: name (for fault messages), address, size in bytes. */
 struct BceTwinTensor {
     const char* name;
     void* data;
     uint64_t bytes;
-    uint64_t elemBytes;
 };
 
 struct BceTwinStats {
     uint64_t ubPeak;      // max UB bytes any core allocated
     uint64_t ubPeakMin;   // min over cores (all cores allocate the same plan)
-    uint64_t vectorElems; // not used by Python yet; kept for the ABI
 };
 
 /**
@@ -48,7 +46,6 @@ int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, i
         regions[i].name = tensors[i].name;
         regions[i].base = ptr[i];
         regions[i].bytes = tensors[i].bytes;
-        regions[i].elemBytes = tensors[i].elemBytes;
         if (ptr[i] != nullptr) launch.regions.push_back(&regions[i]);
     }
     std::vector<int64_t> which(cores, cores + ncores);
@@ -57,7 +54,6 @@ int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, i
     });
     stats->ubPeak = 0;
     stats->ubPeakMin = ~0ull;
-    stats->vectorElems = 0;
     for (const auto& r : reps) {
         if (r.ubPeak > stats->ubPeak) stats->ubPeak = r.ubPeak;
         if (r.ubPeak < stats->ubPeakMin) stats->ubPeakMin = r.ubPeak;

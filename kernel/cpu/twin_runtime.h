@@ -49,7 +49,6 @@ struct GmRegion {
     std::string name;
     uint8_t* base = nullptr;
     uint64_t bytes = 0;
-    uint64_t elemBytes = 1;  // for messages in elements
     std::atomic<uint64_t> bytesRead{0};
     std::atomic<uint64_t> bytesWritten{0};
 };
@@ -92,7 +91,6 @@ struct Core {
     bool pipeAlive = false;
     bool flags[64][8] = {{false}};
     std::string leak;  // set by ~TPipe when tensors are still allocated
-    uint64_t vectorElems = 0;
 };
 
 inline thread_local Core* tlsCore = nullptr;

@@ -197,11 +197,9 @@ extern "C" int run_fault_case(const char* name, char* err, unsigned long errLen)
     x.name = "x";
     x.base = reinterpret_cast<uint8_t*>(gX);
     x.bytes = 100 * sizeof(float);
-    x.elemBytes = 4;
     y.name = "y";
     y.base = reinterpret_cast<uint8_t*>(gY);
     y.bytes = 256 * sizeof(float);
-    y.elemBytes = 4;
     twin::Launch launch;
     launch.blockDim = 2;
     launch.ubCapacity = 196608 - 8448;
