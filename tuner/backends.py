@@ -25,6 +25,7 @@ class MeasurementError(RuntimeError):
 class Backend(Protocol):
     name: str
     deterministic: bool  # one sample is the whole truth (no protocol needed)
+    runs_kernel: bool  # times bcetune's compiled kernel (so only tilings that kernel can run)
 
     def sample(self, tiling: TilingData) -> float:
         """One timed launch of ``tiling``, in microseconds."""
@@ -40,6 +41,7 @@ class ModelBackend:
     ``outlier_rate`` occasional 3x slow samples, both seeded for repeatable runs."""
 
     name = "model"
+    runs_kernel = False
 
     def __init__(self, noise: float = 0.0, outlier_rate: float = 0.0, seed: int = 0) -> None:
         if noise < 0 or not 0 <= outlier_rate < 1:
@@ -70,6 +72,7 @@ class CpuTwinBackend:
 
     name = "cpu"
     deterministic = False
+    runs_kernel = True
     MAX_ELEMENTS = 1 << 24
 
     def __init__(self, seed: int = 0) -> None:
@@ -138,6 +141,7 @@ class NpuBackend:
 
     name = "npu"
     deterministic = False
+    runs_kernel = True
 
     def __init__(self, seed: int = 0) -> None:
         from kernel import npu

@@ -262,7 +262,7 @@ def tune(
             callbacks=[enough] + ([_Patience(patience)] if patience > 0 else []),
         )
     best, tuned_us, spread_us = confirm_winner(study, key, space, backend, protocol)
-    seed_tiling = seed_default_tiling(key, soc, runnable=backend.name != "model")
+    seed_tiling = seed_default_tiling(key, soc, runnable=backend.runs_kernel)
     params = dict(zip(KNOB_NAMES, _params_of(best), strict=True))
     return TableEntry(
         dtype=key.dtype,
