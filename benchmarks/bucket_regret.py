@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from service.config import SHIPPED_TABLES
-from tiling_model.tables import load_table
+from tiling_model.tables import TableError, load_table
 from tuner.report import held_out_regret
 
 
@@ -22,7 +22,11 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, default=200)
     ap.add_argument("--table", help="a table file (default: the shipped one of --soc)")
     a = ap.parse_args()
-    table = load_table(a.table or SHIPPED_TABLES / f"{a.soc}.json")
+    try:
+        table = load_table(a.table or SHIPPED_TABLES / f"{a.soc}.json")
+    except TableError as e:
+        print(f"bucket_regret: error: {e}", file=sys.stderr)
+        return 2
     sizes = sorted({e.size for e in table.entries})
     print(
         f"{a.soc}: {a.sizes} held-out sizes ({sizes[0]}..{sizes[-1]} elements, log-uniform, random variant keys), "

@@ -29,6 +29,10 @@ def arrays(n: int = 10, dtype: type = F) -> tuple[np.ndarray, np.ndarray, np.nda
         (lambda g, p, y: cpu.bce_grad(g, p, y, wrt="probability", pos_weight=g), "pos_weight applies to wrt='logit'"),
         (lambda g, p, y: cpu.bce_grad(g, p, y, reduction="avg"), "reduction"),
         (lambda g, p, y: cpu.bce_grad(*(a.astype(np.int32) for a in (g, p, y)), wrt="probability"), "float dtype"),
+        (
+            lambda g, p, y: cpu.bce_grad(g, p, y, cores=[5]),
+            r"cores \[5\] are not block indices of this tiling \(0..0\)",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_error(call, message: str) -> None:  # noqa: ANN001

@@ -154,6 +154,9 @@ def run_tiling(
     """Launch the kernel with ``tiling`` over contiguous ``arrays`` (grad, logits, labels, weight,
     pos_weight) writing ``out``; ``cores`` limits the run to some block indices."""
     soc = load_soc(tiling.soc)
+    bad = [c for c in cores or [] if not 0 <= c < tiling.block_dim]
+    if bad:
+        raise ValueError(f"cores {bad} are not block indices of this tiling (0..{tiling.block_dim - 1})")
     if tiling.block_dim == 0:
         return RunResult(0, 0, dict.fromkeys(TENSOR_NAMES, 0), dict.fromkeys(TENSOR_NAMES, 0))
     workspace = np.zeros(max(tiling.workspace_bytes, 0), dtype=np.uint8)
