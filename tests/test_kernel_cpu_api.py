@@ -48,8 +48,18 @@ def test_empty_input_gives_an_empty_output() -> None:
 def test_twin_is_built_once_per_source_hash() -> None:
     cpu.library()
     cxx = shutil.which("g++") or "g++"
-    built = cpu.cache_dir() / f"bce_grad_twin-{cpu.source_hash(cxx)}.so"
+    built = cpu.cache_dir() / f"bce_grad_twin-launch-{cpu.source_hash(cxx)}.so"
     assert built.exists()
     mtime = built.stat().st_mtime_ns
     cpu.library()
     assert built.stat().st_mtime_ns == mtime
+
+
+def test_each_flow_is_its_own_build() -> None:
+    assert cpu.library().bce_twin_flow() == b"launch"
+    assert cpu.library("op", "float16").bce_twin_flow() == b"op:half"
+    assert cpu.library("op", "int32").bce_twin_flow() == b"op:int32_t"
+    with pytest.raises(ValueError, match="one library per dtype"):
+        cpu.library("op")
+    with pytest.raises(ValueError, match="unknown build flow 'graph'"):
+        cpu.library("graph")

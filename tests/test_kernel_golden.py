@@ -92,6 +92,7 @@ def check_case(
     params: TilingParams | None,
     scheme: str,
     seed: int,
+    flow: str = "launch",
 ) -> None:
     rng = np.random.default_rng(seed)
     a = make_inputs(rng, shape, dtype, reduction, weight, pos_weight)
@@ -101,10 +102,10 @@ def check_case(
     GOLDEN_CASES["count"] += 1
     if expected_faults:
         with pytest.raises(cpu.KernelFault) as info:
-            cpu.run_tiling(tiling, a, out)
+            cpu.run_tiling(tiling, a, out, flow=flow)
         assert info.value.kind in expected_faults, str(info.value)
         return
-    result = cpu.run_tiling(tiling, a, out)
+    result = cpu.run_tiling(tiling, a, out, flow=flow)
     # the buffer plan the model budgets is the plan the kernel allocates, byte for byte
     plan = tiling.kernel if scheme == "exact" else bce_grad_kernel(dtype, reduction, weight)  # seed tilings run ours
     assert result.ub_peak == result.ub_peak_min == plan.ub_bytes(tiling.params.tile_bytes, tiling.params.buffer_num)
@@ -171,6 +172,21 @@ def test_last_dim_pos_weight_every_class_count(dtype: str, classes: int) -> None
         reduction = "none" if dtype in INTS else ("none", "sum", "mean")[i % 3]
         params = None if i % 2 else TilingParams(tile_bytes=1024, block_bytes=64 * DTYPE_BYTES[dtype])
         check_case((rows, classes), dtype, reduction, i % 2 == 1, "last_dim", "logit", params, "exact", i)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_custom_op_flow_computes_every_variant(dtype: str) -> None:
+    """The custom-op build of the same source (generated tiling macro, DTYPE_LOGITS fixed, the
+    framework's workspace first) gives the same answers as the launch build."""
+    variants = [("none", "logit"), ("full", "logit"), ("last_dim", "logit")]
+    variants += [("none", "probability")] if dtype in FLOATS else []
+    reductions = ("none", "sum", "mean") if dtype in FLOATS else ("none",)
+    for i, (pw, wrt) in enumerate(variants):
+        for j, reduction in enumerate(reductions):
+            for k, n in enumerate((1, 129, 48 * 512 // DTYPE_BYTES[dtype] + 1, 100_003)):
+                params = TilingParams(tile_bytes=2048) if k == 3 else None
+                seed = 100 * i + 10 * j + k
+                check_case(shape_for(n, pw, 7), dtype, reduction, k % 2 == 0, pw, wrt, params, "exact", seed, "op")
 
 
 @pytest.mark.kernel_sweep

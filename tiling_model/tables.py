@@ -118,19 +118,23 @@ class TuningTable:
         }
 
 
-def kernel_source_hash() -> str:
-    """Hash of the kernel sources (``kernel/op_kernel``, ``kernel/op_host``) next to this package.
+#: What a table's kernel hash covers: the sources that decide what a tuned tiling does on the device
+#: (the kernel and the tiling struct it reads, and the host tiling arithmetic). The CANN glue around
+#: them (TilingFunc, OpDef, build files) does not change a tiling's result: compile tests cover it.
+KERNEL_HASHED_SOURCES = ("op_kernel/*.h", "op_kernel/*.cpp", "op_host/bce_grad_tiling_core.h")
 
-    Read as files, not imported: tiling_model depends on nothing else of bcetune. A table tuned
-    against other kernel sources is stale.
+
+def kernel_source_hash() -> str:
+    """Hash of the kernel sources (``KERNEL_HASHED_SOURCES`` under ``kernel/``) next to this package.
+
+    Read as files, not imported: tiling_model depends on nothing else of bcetune. A table tuned or
+    gated against other kernel sources is stale.
     """
     root = Path(__file__).resolve().parent.parent / "kernel"
     digest = hashlib.sha256()
-    for sub in ("op_kernel", "op_host"):
-        for f in sorted((root / sub).rglob("*")) if (root / sub).is_dir() else []:
-            generated = f.name == TUNED_HEADER_NAME  # derived from the tables: hashing it would be circular
-            if f.is_file() and not generated and f.suffix in (".h", ".cpp", ".txt", ".sh", ".json", ".cmake"):
-                digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    files = sorted({f for pattern in KERNEL_HASHED_SOURCES for f in root.glob(pattern) if f.is_file()})
+    for f in files:
+        digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -14,7 +14,7 @@ from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
 from tiling_model import DTYPES, REDUCTIONS, known_socs
 from tiling_model.cliutil import Parser, positive_int
-from tiling_model.tables import TableError, load_table
+from tiling_model.tables import TableError, load_table, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure
@@ -22,7 +22,7 @@ from tuner.protocol import Protocol
 from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
-from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, run_sweep, sweep_keys
+from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, regate, run_sweep, sweep_keys
 
 
 def _csv(choices: Sequence[str]) -> Callable[[str], list[str]]:
@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
     r.add_argument("--out-dir", type=Path, help="also write report-<SOC>.md and speedup-<SOC>.png here")
     r.add_argument("--regret", type=_non_negative, default=0, help="with --out-dir: held-out sizes for regret")
+    g = sub.add_parser("regate", help="re-check a table's entries against the current kernel sources (no re-tuning)")
+    g.add_argument("--soc", required=True, choices=known_socs())
+    g.add_argument("--table", type=Path, help="table path (default: the shipped one; rewritten in place)")
+    g.add_argument("--no-progress", action="store_true")
     x = sub.add_parser("export-header", help="write the tables as a C++ header for the host tiling")
     x.add_argument("--tables", type=Path, default=TABLES_DIR, help="directory of <SoC>.json tables")
     x.add_argument("--out", type=Path, default=HEADER_PATH)
@@ -134,6 +138,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TableError as e:
             print(f"python -m tuner: error: {e}", file=sys.stderr)
             return 2
+        return 0
+    if args.command == "regate":
+        path = args.table or TABLES_DIR / f"{args.soc}.json"
+        try:
+            table = load_table(path)
+            if table.soc != args.soc:
+                raise TableError(f"{path}: holds SoC {table.soc!r}, not {args.soc!r}")
+            start = time.perf_counter()
+            write_table(regate(table, not args.no_progress), path)
+        except (TableError, KernelBuildError) as e:
+            print(f"python -m tuner: error: {e}", file=sys.stderr)
+            return 2
+        except GateFailure as e:
+            print(f"python -m tuner: error: {e}", file=sys.stderr)
+            return 1
+        print(f"regated {path}: {len(table.entries)} entries pass, {time.perf_counter() - start:.1f} s")
         return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = args.out or TABLES_DIR / f"{args.soc}.json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import platform
 from collections.abc import Iterable
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from tqdm import tqdm
 
 from tiling_model import SocProfile, load_soc, valid_combinations
 from tiling_model.dtypes import FLOAT_DTYPES
-from tiling_model.tables import TuningTable, kernel_source_hash, write_table
+from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
 from tuner.backends import Backend
 from tuner.gate import GateFailure, check_tiling
 from tuner.protocol import Protocol
@@ -71,6 +72,40 @@ def software_versions(backend: str) -> dict[str, str]:
     return versions
 
 
+def _label(key: StudyKey) -> str:
+    return f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/{key.wrt}/pw_{key.pos_weight}/n={key.size}"
+
+
+def _key_of(soc: str, e: TableEntry) -> StudyKey:
+    return StudyKey(soc, e.dtype, e.reduction, e.weight, e.size, e.pos_weight, e.wrt)
+
+
+def gate_entry(soc: str, e: TableEntry) -> None:
+    """Run an entry's tiling in the CPU twin (the kernel-launch build of the current kernel source)
+    and check it against the float64 reference; GateFailure if it faults or is wrong."""
+    check_tiling(soc, e.size, e.dtype, e.reduction, e.weight, e.pos_weight, e.wrt, e.tiling_params(),
+                 seed=_key_of(soc, e).seed())  # fmt: skip
+
+
+def regate(table: TuningTable, progress: bool = True) -> TuningTable:
+    """The table re-checked against the current kernel sources: every entry runs through the gate
+    again (the knobs are not re-tuned), and only if all pass does the table take the current kernel
+    hash. For kernel changes that leave the cost model alone (the model, not the kernel source,
+    chose the knobs); a changed model needs a new sweep."""
+    failures = []
+    for e in tqdm(table.entries, desc=f"regate {table.soc}", unit="entry", disable=not progress):
+        try:
+            gate_entry(table.soc, e)
+        except GateFailure as err:
+            failures.append(str(err))
+    if failures:
+        raise GateFailure(
+            f"{len(failures)} of {len(table.entries)} entries failed the CPU-twin gate; the table is unchanged. "
+            f"First: {failures[0]}"
+        )
+    return replace(table, kernel_hash=kernel_source_hash())
+
+
 def run_sweep(
     keys: list[StudyKey],
     backend: Backend,
@@ -91,13 +126,10 @@ def run_sweep(
     entries, failures = [], []
     bar = tqdm(keys, desc=f"sweep {soc.name}", unit="study", disable=not progress)
     for key in bar:
-        bar.set_postfix_str(
-            f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/{key.wrt}/pw_{key.pos_weight}/n={key.size}"
-        )
+        bar.set_postfix_str(_label(key))
         entry = tune(key, backend, storage, trials, protocol, patience, records)
         try:  # no entry ships before the real kernel source ran it correctly in the CPU twin
-            check_tiling(key.soc, key.size, key.dtype, key.reduction, key.weight, key.pos_weight, key.wrt,
-                         entry.tiling_params(), seed=key.seed())  # fmt: skip
+            gate_entry(key.soc, entry)
         except GateFailure as e:
             failures.append(str(e))
             continue

@@ -3,8 +3,13 @@
 The twin (``kernel_operator.h`` and ``twin_*.h`` here) compiles the unchanged kernel with g++;
 each block index runs with its own TPipe and UB, and anything the NPU would get silently wrong
 or hang on raises :class:`KernelFault` with the twin's message (core, operation, tensor, offset).
-The shared library is built once per source hash into ``$BCETUNE_CACHE_DIR`` (default
-``~/.cache/bcetune``) and reused.
+
+The kernel is built as one of CANN's two flows would build it (``FLOWS``): ``launch`` (the
+kernel-launch library that ``kernel/npu.py`` and the tuner use: no generated tiling macros) or
+``op`` (the custom-op package: ``-DBCE_GRAD_CUSTOM_OP``, one binary per dtype through
+``DTYPE_LOGITS``, and ``op_tiling_shim.h`` force-included as the op compiler force-includes its
+generated ``GET_TILING_DATA_WITH_STRUCT``). Each shared library is built once per source hash into
+``$BCETUNE_CACHE_DIR`` (default ``~/.cache/bcetune``) and reused.
 """
 
 from __future__ import annotations
@@ -36,6 +41,23 @@ DTYPES: dict[str, np.dtype] = {
 }
 TENSOR_NAMES = ("grad", "logits", "labels", "weight", "pos_weight", "z", "workspace", "tiling")
 CXXFLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror")
+#: The two CANN build flows the twin can compile the kernel as.
+FLOWS = ("launch", "op")
+#: The C type the custom-op build puts in DTYPE_LOGITS for each dtype.
+DTYPE_CTYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t", "int32": "int32_t", "int16": "int16_t"}
+
+
+def flow_flags(flow: str, dtype: str | None = None) -> tuple[str, ...]:
+    """The extra compiler flags of a flow: none for ``launch``; the custom-op build's defines and its
+    force-included tiling header for ``op`` (one library per dtype)."""
+    if flow == "launch":
+        return ()
+    if flow != "op":
+        raise ValueError(f"unknown build flow {flow!r}; known: {', '.join(FLOWS)}")
+    if dtype not in DTYPE_CTYPES:
+        raise ValueError(f"the op flow builds one library per dtype; got {dtype!r}, known: {', '.join(DTYPE_CTYPES)}")
+    shim = Path(str(resources.files("kernel"))) / "cpu" / "op_tiling_shim.h"
+    return ("-DBCE_GRAD_CUSTOM_OP=1", f"-DDTYPE_LOGITS={DTYPE_CTYPES[dtype]}", "-include", str(shim))
 
 
 class KernelFault(RuntimeError):
@@ -60,12 +82,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("BCETUNE_CACHE_DIR") or Path.home() / ".cache" / "bcetune")
 
 
-def source_hash(cxx: str) -> str:
+def source_hash(cxx: str, extra: tuple[str, ...] = ()) -> str:
     """Hash of every source the twin library is built from, the compiler and the flags."""
     h = hashlib.sha256()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
     h.update(version.encode())
-    h.update(" ".join(CXXFLAGS).encode())
+    h.update(" ".join(CXXFLAGS + tuple(Path(x).name if x.endswith(".h") else x for x in extra)).encode())
     for f in _sources():
         h.update(f.name.encode())
         h.update(f.read_bytes())
@@ -85,24 +107,28 @@ def compile_twin(entry: Path, out: Path, extra: tuple[str, ...] = ()) -> None:
 
 
 _lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
+_libs: dict[tuple[str, str | None], ctypes.CDLL] = {}
 
 
-def library() -> ctypes.CDLL:
-    """The twin library for the current sources: built on first use, then loaded from the cache."""
-    global _lib
+def library(flow: str = "launch", dtype: str | None = None) -> ctypes.CDLL:
+    """The twin library of one build flow (``op``: of one dtype) for the current sources: built on
+    first use, then loaded from the cache."""
+    key = (flow, dtype if flow == "op" else None)
     with _lock:
-        if _lib is not None:
-            return _lib
+        if key in _libs:
+            return _libs[key]
+        extra = flow_flags(flow, dtype)
         cxx = shutil.which(os.environ.get("CXX", "g++")) or "g++"
-        path = cache_dir() / f"bce_grad_twin-{source_hash(cxx)}.so"
+        tag = flow if flow == "launch" else f"op-{dtype}"
+        path = cache_dir() / f"bce_grad_twin-{tag}-{source_hash(cxx, extra)}.so"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
                 tmp_out = Path(tmp) / path.name
-                compile_twin(Path(str(resources.files("kernel"))) / "cpu" / "twin_entry.cpp", tmp_out)
+                compile_twin(Path(str(resources.files("kernel"))) / "cpu" / "twin_entry.cpp", tmp_out, extra)
                 os.replace(tmp_out, path)  # atomic: concurrent builders agree on the result
         lib = ctypes.CDLL(str(path))
+        lib.bce_twin_flow.restype = ctypes.c_char_p
         lib.bce_twin_run.restype = ctypes.c_int
         lib.bce_twin_run.argtypes = [
             ctypes.POINTER(_Tensor),
@@ -117,7 +143,7 @@ def library() -> ctypes.CDLL:
             ctypes.c_char_p,
             ctypes.c_uint64,
         ]
-        _lib = lib
+        _libs[key] = lib
         return lib
 
 
@@ -150,9 +176,11 @@ def run_tiling(
     *,
     cores: list[int] | None = None,
     threads: int | None = None,
+    flow: str = "launch",
 ) -> RunResult:
     """Launch the kernel with ``tiling`` over contiguous ``arrays`` (grad, logits, labels, weight,
-    pos_weight) writing ``out``; ``cores`` limits the run to some block indices."""
+    pos_weight) writing ``out``; ``cores`` limits the run to some block indices; ``flow`` picks the
+    CANN build flow the kernel is compiled as (``op``: the custom-op binary of the tiling's dtype)."""
     soc = load_soc(tiling.soc)
     bad = [c for c in cores or [] if not 0 <= c < tiling.block_dim]
     if bad:
@@ -182,7 +210,7 @@ def run_tiling(
     stats = _Stats()
     io = (ctypes.c_uint64 * 16)()
     err = ctypes.create_string_buffer(2048)
-    rc = library().bce_twin_run(
+    rc = library(flow, tiling.dtype).bce_twin_run(
         tensors,
         8,
         tiling.block_dim,
@@ -261,12 +289,14 @@ def bce_grad(
     params: TilingParams | None = None,
     scheme: str = "exact",
     cores: list[int] | None = None,
+    flow: str = "launch",
 ) -> np.ndarray:
     """z for one BinaryCrossEntropyGrad call, computed by the real kernel source in the twin.
 
     The tiling comes from ``tiling_model.compute_tiling`` (``params`` fixes knobs); a twin fault
     raises :class:`KernelFault`, bad input ``ValueError``. ``cores`` runs only those block
     indices (the rest of z stays zero): for checking tilings of tensors too big to run whole.
+    ``flow`` builds the kernel as the kernel-launch library (default) or the custom-op package.
     """
     arrays = {
         "grad": np.ascontiguousarray(grad),
@@ -285,8 +315,8 @@ def bce_grad(
     except (TilingError, UnsupportedError) as e:
         raise ValueError(str(e)) from None
     out = np.zeros(arrays["logits"].shape, dtype=arrays["logits"].dtype)
-    run_tiling(tiling, arrays, out, cores=cores)
+    run_tiling(tiling, arrays, out, cores=cores, flow=flow)
     return out
 
 
-__all__ = ["KernelBuildError", "KernelFault", "RunResult", "bce_grad", "library", "run_tiling"]
+__all__ = ["FLOWS", "KernelBuildError", "KernelFault", "RunResult", "bce_grad", "library", "run_tiling"]

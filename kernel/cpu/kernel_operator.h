@@ -29,11 +29,15 @@
 #define __ubuf__
 #define __inout_pipe__(x)
 #define GM_ADDR __gm__ uint8_t*
+// Kernel-type and tiling-struct registration, as kernel_utils_macros.h defines them outside the op
+// compiler's precompile pass. GET_TILING_DATA_WITH_STRUCT is NOT here: no real header defines it; only
+// a custom-op build generates it (the twin's stand-in for that is op_tiling_shim.h, force-included in
+// the twin's custom-op flow only).
 #define KERNEL_TASK_TYPE_DEFAULT(value)
-#define REGISTER_TILING_DEFAULT(x)
-#define GET_TILING_DATA_WITH_STRUCT(S, var, ptr) \
-    S var;                                       \
-    ::AscendC::twin_detail::ReadTiling(&var, sizeof(S), ptr)
+#define REGISTER_TILING_DEFAULT(tiling_struct)                                                        \
+    static_assert(std::is_trivially_copyable<tiling_struct>::value &&                                 \
+                      std::is_standard_layout<tiling_struct>::value,                                  \
+                  "REGISTER_TILING_DEFAULT: a tiling struct is plain data (no pointers, no members)")
 
 enum pipe_t { PIPE_S = 1, PIPE_V = 2, PIPE_M = 3, PIPE_MTE1 = 4, PIPE_MTE2 = 5, PIPE_MTE3 = 6, PIPE_FIX = 7, PIPE_ALL = 10 };
 enum event_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
@@ -46,7 +50,8 @@ enum class TPosition : uint8_t {
 };
 using QuePosition = TPosition;
 
-enum class RoundMode { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD, CAST_HYBRID };
+// As kernel_utils_mode.h for arch 2201/3002: CAST_HYBRID and the other newer modes exist only on later arches.
+enum class RoundMode : uint8_t { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
 
 enum class HardEvent : uint8_t {
     MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, MTE2_V, V_MTE2, MTE3_V, V_MTE3, M_V, V_M, V_V, MTE3_MTE1, MTE1_MTE3,
@@ -60,6 +65,18 @@ constexpr int32_t MAX_BUFFERS_PER_POSITION = 8;
 
 __aicore__ inline int64_t GetBlockIdx() { return twin::Cur().blockIdx; }
 __aicore__ inline int64_t GetBlockNum() { return twin::Cur().launch->blockDim; }
+
+/**
+ * Custom-op kernels get the framework's workspace first and find theirs behind it. The twin's
+ * custom-op launch passes a "system workspace" that no kernel may touch; this returns the user part.
+ */
+__aicore__ inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) {
+    const twin::Launch& l = *twin::Cur().launch;
+    if (workspace == nullptr || workspace != l.systemWorkspace) {
+        twin::Fail("workspace", "GetUserWorkspace on a pointer that is not the framework's workspace argument");
+    }
+    return l.userWorkspace;
+}
 
 namespace twin_detail {
 
@@ -87,11 +104,6 @@ template <typename T> constexpr const char* TypeName() {
 template <typename T> constexpr bool IsOneOf() { return false; }
 template <typename T, typename U, typename... R> constexpr bool IsOneOf() {
     return std::is_same<T, U>::value || IsOneOf<T, R...>();
-}
-
-inline void ReadTiling(void* dst, size_t bytes, const void* src) {
-    twin::CheckGm(twin::FindRegion(src), src, bytes, 8, "GET_TILING_DATA", false);
-    std::memcpy(dst, src, bytes);
 }
 
 }  // namespace twin_detail
@@ -819,8 +831,9 @@ template <typename T, typename U> T CastElem(U v, RoundMode m) {
 }
 
 inline const char* ModeName(RoundMode m) {
-    static const char* names[] = {"CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC", "CAST_ODD", "CAST_HYBRID"};
-    return names[static_cast<int>(m)];
+    static const char* names[] = {"CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL", "CAST_ROUND", "CAST_TRUNC", "CAST_ODD"};
+    const size_t i = static_cast<size_t>(m);
+    return i < sizeof(names) / sizeof(names[0]) ? names[i] : "an unknown RoundMode";
 }
 
 }  // namespace twin_detail

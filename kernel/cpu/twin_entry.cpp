@@ -1,6 +1,11 @@
 /**
  * The CPU twin's launcher: compiles the unchanged kernel source (op_kernel/bce_grad.cpp) against
  * the twin's kernel_operator.h and exposes one C function that Python calls through ctypes.
+ *
+ * Built per CANN flow, as kernel/cpu/__init__.py asks: the kernel-launch flow (nothing extra), or
+ * the custom-op flow (-DBCE_GRAD_CUSTOM_OP -DDTYPE_LOGITS=T, with op_tiling_shim.h force-included
+ * as the op compiler force-includes its generated tiling header). In the custom-op flow the kernel's
+ * workspace argument is the framework's system workspace, which no kernel may touch.
  */
 #include <cstring>
 #include <string>
@@ -48,9 +53,21 @@ int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, i
         regions[i].bytes = tensors[i].bytes;
         if (ptr[i] != nullptr) launch.regions.push_back(&regions[i]);
     }
+    uint8_t* workspaceArg = ptr[6];
+#if defined(BCE_GRAD_CUSTOM_OP)
+    twin::GmRegion system;
+    static uint8_t systemBytes[32];
+    system.name = "system workspace";
+    system.base = systemBytes;
+    system.bytes = 0;  // the framework's: any access faults
+    launch.regions.push_back(&system);
+    launch.systemWorkspace = systemBytes;
+    launch.userWorkspace = ptr[6];
+    workspaceArg = systemBytes;
+#endif
     std::vector<int64_t> which(cores, cores + ncores);
     std::vector<twin::CoreReport> reps = twin::RunCores(launch, which, threads, [&]() {
-        bce_grad(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7]);
+        bce_grad(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], workspaceArg, ptr[7]);
     });
     stats->ubPeak = 0;
     stats->ubPeakMin = ~0ull;
@@ -69,6 +86,17 @@ int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, i
         }
     }
     return 0;
+}
+
+/** Which CANN build flow this library was compiled as ("launch" or "op:<dtype>"). */
+const char* bce_twin_flow() {
+#if defined(BCE_GRAD_CUSTOM_OP)
+#define BCE_TWIN_STR2(x) #x
+#define BCE_TWIN_STR(x) BCE_TWIN_STR2(x)
+    return "op:" BCE_TWIN_STR(DTYPE_LOGITS);
+#else
+    return "launch";
+#endif
 }
 
 }  // extern "C"

@@ -57,6 +57,10 @@ struct Launch {
     std::vector<GmRegion*> regions;
     int64_t blockDim = 0;
     int64_t ubCapacity = 0;  // usable UB bytes per core (capacity minus the reserved part)
+    // custom-op flow: the workspace argument is the framework's (no kernel may touch it);
+    // GetUserWorkspace maps it to the user workspace behind it
+    uint8_t* systemWorkspace = nullptr;
+    uint8_t* userWorkspace = nullptr;
 };
 
 enum class BufState { Free, Allocated, Queued, Dequeued };

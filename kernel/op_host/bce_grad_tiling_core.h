@@ -23,10 +23,37 @@ enum class Scheme { Seed, Exact };
 enum class Status { Ok, BadParam, Unsupported };
 
 struct Platform {
-    int64_t ubBytes;         // as the platform reports it (GetCoreMemSize(UB))
-    int64_t ubReserveBytes;  // what AscendC keeps for itself (256 B + 8 KiB on A2 training/800I parts)
+    int64_t ubBytes;         // UB the seed scheme's formula divides (the requirement's ubSize)
+    int64_t ubReserveBytes;  // what the kernel must leave free below ubBytes
     int64_t aivCores;        // GetCoreNumAiv()
 };
+
+/** The platform families whose UB reserve differs (PlatformAscendC::GetSocVersion). */
+enum class SocFamily { Ascend910B, Ascend310B, Other };
+
+constexpr int64_t kFrameworkUbReserve = 256;  // AscendC's own UB (ASC_UB_SIZE = 192 KiB - 256 B on 910B)
+constexpr int64_t kTmpUbReserve = 8192;       // TMP_UB on dav-c220: Select/Compare temporaries (910B only)
+
+/**
+ * The Platform of a SoC from what CANN reports. GetCoreMemSize(UB) already leaves out the 256-B
+ * framework reserve on Ascend910B (and only there: asc-devkit platform_ascendc.cpp), so the host
+ * keeps 8 KiB more on 910B and the 256 B on 310B: the usable UB is the same number tiling_model's
+ * SoC profiles give (ub_bytes - ub_reserve_bytes), e.g. 188160 B on 910B, 253696 B on 310B.
+ */
+inline Platform PlatformFromReported(SocFamily family, int64_t reportedUb, int64_t aivCores) {
+    Platform p;
+    p.ubBytes = family == SocFamily::Ascend910B ? reportedUb + kFrameworkUbReserve : reportedUb;
+    p.ubReserveBytes = family == SocFamily::Ascend910B ? kFrameworkUbReserve + kTmpUbReserve : kFrameworkUbReserve;
+    p.aivCores = aivCores;
+    return p;
+}
+
+/**
+ * The framework's tiling key (SetTilingKey): always 0. The kernel has no TILING_KEY_IS branches:
+ * it is one binary per dtype that decodes the variant key (TilingKey below) from the struct at run
+ * time, so every key the host computes has a kernel to run.
+ */
+constexpr uint64_t kFrameworkTilingKey = 0;
 
 struct Variant {
     Dtype dtype = Dtype::Float32;
@@ -133,6 +160,28 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
     int64_t row = v.posWeight == PosWeight::LastDim ? kLastDimStageElems * elem : 0;
     *plan = {inputs, 1, elem, temps * work, 0, row, temps};
     return Status::Ok;
+}
+
+/**
+ * The pos_weight form from the shapes of a call, as kernel.cpu and torch read them: absent; the
+ * input's own shape (full); or [C] with C the input's last dim (last_dim). Anything else is refused.
+ */
+inline Status PosWeightFromShape(bool present, bool sameShape, int64_t pwDims, int64_t pwElems, int64_t inputDims,
+                                 int64_t lastDim, Variant* v, const char** err) {
+    v->posWeight = PosWeight::None;
+    v->classes = 0;
+    if (!present) return Status::Ok;
+    if (sameShape) {
+        v->posWeight = PosWeight::Full;
+        return Status::Ok;
+    }
+    if (pwDims == 1 && inputDims >= 1 && lastDim >= 1 && pwElems == lastDim) {
+        v->posWeight = PosWeight::LastDim;
+        v->classes = lastDim;
+        return Status::Ok;
+    }
+    *err = "pos_weight must have the input's shape or be [C] with C the input's last dim";
+    return Status::BadParam;
 }
 
 /** GM workspace of a last-dim pos_weight: each core's periodic row pw[k % C], k < tile + 2C + 256. */

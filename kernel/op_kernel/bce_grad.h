@@ -54,6 +54,21 @@ __aicore__ inline Variant DecodeKey(int64_t key) {
     return v;
 }
 
+/**
+ * The kernel-launch flow generates no tiling macros (GET_TILING_DATA_WITH_STRUCT exists only in
+ * custom-op builds): read the struct's int64 fields from GM through the scalar unit.
+ */
+__aicore__ inline void LoadTiling(BceGradTilingData* t, GM_ADDR tiling) {
+    constexpr uint32_t kFields = static_cast<uint32_t>(sizeof(BceGradTilingData) / sizeof(int64_t));
+    static_assert(sizeof(BceGradTilingData) == kFields * sizeof(int64_t), "the tiling struct is int64 fields only");
+    GlobalTensor<int64_t> src;
+    src.SetGlobalBuffer((__gm__ int64_t*)tiling, kFields);
+    int64_t* dst = reinterpret_cast<int64_t*>(t);
+    for (uint32_t i = 0; i < kFields; ++i) {
+        dst[i] = src.GetValue(i);
+    }
+}
+
 template <typename T, typename U> struct IsSame {
     static constexpr bool value = false;
 };
