@@ -1,18 +1,20 @@
 /**
  * CANN host side of the BceGrad custom operator: TilingFunc, shape/dtype inference and the
- * OpDef. The tiling arithmetic is bce_grad_tiling_core.h (pure C++, tested against tiling_model
- * here); this file only reads the platform and the call from the gert::TilingContext, looks up
- * the tuned knobs (bce_grad_tuned_table.h) and writes the struct the kernel reads.
+ * OpDef. The tiling arithmetic, the UB budget from what the platform reports and the pos_weight
+ * form are bce_grad_tiling_core.h (pure C++, tested against tiling_model); this file only reads
+ * the call and the platform from the gert contexts, looks up the tuned knobs
+ * (bce_grad_tuned_table.h) and writes the struct the kernel reads.
  *
- * Built by kernel/build.sh inside an msopgen project with CANN (ASCEND_HOME_PATH set). Not
- * compiled on machines without CANN: it is kept correct by the CANN documentation and mirrors the
- * tested core field for field.
+ * Built by kernel/build.sh inside an msopgen project with CANN (ASCEND_HOME_PATH set). Without
+ * CANN it is compile-checked against the real CANN 8.5.0 headers (tests/test_cann_compile.py) as the
+ * tiling library and as the proto library; it has not run on a device.
  */
 #include <cstring>
 #include <string>
 
 #include "bce_grad_tiling_core.h"
 #include "bce_grad_tuned_table.h"
+#include "platform/platform_infos_def.h"  // fe::PlatFormInfos::GetPlatformRes (closed in CANN)
 #include "register/op_def_registry.h"
 #include "tiling/platform/platform_ascendc.h"
 
@@ -21,6 +23,7 @@ namespace optiling {
 namespace {
 
 enum InputIndex { kGrad = 0, kLogits = 1, kLabels = 2, kWeight = 3, kPosWeight = 4 };
+enum AttrIndex { kReductionAttr = 0, kWrtAttr = 1 };
 
 bool ToDtype(ge::DataType dt, bce_grad::Dtype* out) {
     switch (dt) {
@@ -40,61 +43,82 @@ bool ToReduction(const char* s, bce_grad::Reduction* out) {
     return false;
 }
 
+bool ToWrt(const char* s, bce_grad::Wrt* out) {
+    if (s == nullptr || std::strcmp(s, "logit") == 0) { *out = bce_grad::Wrt::Logit; return true; }
+    if (std::strcmp(s, "probability") == 0) { *out = bce_grad::Wrt::Probability; return true; }
+    return false;
+}
+
+bce_grad::SocFamily FamilyOf(platform_ascendc::SocVersion v) {
+    if (v == platform_ascendc::SocVersion::ASCEND910B) return bce_grad::SocFamily::Ascend910B;
+    if (v == platform_ascendc::SocVersion::ASCEND310B) return bce_grad::SocFamily::Ascend310B;
+    return bce_grad::SocFamily::Other;
+}
+
+/** The call's variant from its inputs and attributes; false for anything the kernel cannot run. */
+bool ReadVariant(gert::TilingContext* context, const gert::Shape& shape, bce_grad::Variant* v) {
+    const auto* logitsDesc = context->GetInputDesc(kLogits);
+    const gert::RuntimeAttrs* attrs = context->GetAttrs();
+    if (logitsDesc == nullptr || attrs == nullptr || !ToDtype(logitsDesc->GetDataType(), &v->dtype) ||
+        !ToReduction(attrs->GetAttrPointer<char>(kReductionAttr), &v->reduction) ||
+        !ToWrt(attrs->GetAttrPointer<char>(kWrtAttr), &v->wrt)) {
+        return false;
+    }
+    const int64_t n = shape.GetShapeSize();
+    const gert::StorageShape* grad = context->GetInputShape(kGrad);
+    const int64_t gradElems = grad == nullptr ? -1 : grad->GetStorageShape().GetShapeSize();
+    if (gradElems != (v->reduction == bce_grad::Reduction::None ? n : 1)) {
+        return false;  // none: grad has the input's shape; sum/mean: one scalar
+    }
+    const gert::StorageShape* weight = context->GetOptionalInputShape(kWeight);
+    v->weight = weight != nullptr;
+    if (v->weight && weight->GetStorageShape().GetShapeSize() != n) {
+        return false;  // weight is read element by element at the input's shape
+    }
+    const gert::StorageShape* pw = context->GetOptionalInputShape(kPosWeight);
+    const int64_t dims = static_cast<int64_t>(shape.GetDimNum());
+    const int64_t last = dims > 0 ? shape.GetDim(shape.GetDimNum() - 1) : 1;
+    const char* err = nullptr;
+    if (pw == nullptr) {
+        return bce_grad::PosWeightFromShape(false, false, 0, 0, dims, last, v, &err) == bce_grad::Status::Ok;
+    }
+    const gert::Shape& pwShape = pw->GetStorageShape();
+    return bce_grad::PosWeightFromShape(true, pwShape == shape, static_cast<int64_t>(pwShape.GetDimNum()),
+                                        pwShape.GetShapeSize(), dims, last, v, &err) == bce_grad::Status::Ok;
+}
+
 }  // namespace
 
 static ge::graphStatus TilingFunc(gert::TilingContext* context) {
-    auto ascendc = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
-    uint64_t ubBytes = 0;
-    ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::UB, ubBytes);
-    bce_grad::Platform platform;
-    platform.ubBytes = static_cast<int64_t>(ubBytes);
-    // AscendC keeps 256 B, and 8 KiB more by default on A2 training/800I parts (tiling_model SoC profiles)
-    platform.ubReserveBytes = ascendc.GetSocVersion() == platform_ascendc::SocVersion::ASCEND310B ? 256 : 256 + 8192;
-    platform.aivCores = static_cast<int64_t>(ascendc.GetCoreNumAiv());
-
+    fe::PlatFormInfos* info = context->GetPlatformInfo();
     const gert::StorageShape* logitsShape = context->GetInputShape(kLogits);
-    if (logitsShape == nullptr) return ge::GRAPH_FAILED;
+    if (info == nullptr || logitsShape == nullptr) return ge::GRAPH_FAILED;
     const gert::Shape& shape = logitsShape->GetStorageShape();
-    const int64_t n = shape.GetShapeSize();
+
+    auto ascendc = platform_ascendc::PlatformAscendC(info);
+    uint64_t reportedUb = 0;
+    ascendc.GetCoreMemSize(platform_ascendc::CoreMemType::UB, reportedUb);
+    const bce_grad::Platform platform = bce_grad::PlatformFromReported(
+        FamilyOf(ascendc.GetSocVersion()), static_cast<int64_t>(reportedUb), static_cast<int64_t>(ascendc.GetCoreNumAiv()));
 
     bce_grad::Variant v;
-    if (!ToDtype(context->GetInputDesc(kLogits)->GetDataType(), &v.dtype)) return ge::GRAPH_FAILED;
-    const gert::RuntimeAttrs* attrs = context->GetAttrs();
-    if (!ToReduction(attrs->GetAttrPointer<char>(0), &v.reduction)) return ge::GRAPH_FAILED;
-    const char* wrt = attrs->GetAttrPointer<char>(1);
-    v.wrt = (wrt != nullptr && std::strcmp(wrt, "probability") == 0) ? bce_grad::Wrt::Probability : bce_grad::Wrt::Logit;
-    v.weight = context->GetOptionalInputShape(kWeight) != nullptr;
-    const gert::StorageShape* pw = context->GetOptionalInputShape(kPosWeight);
-    if (pw != nullptr) {
-        const int64_t pwSize = pw->GetStorageShape().GetShapeSize();
-        const int64_t last = shape.GetDimNum() ? shape.GetDim(shape.GetDimNum() - 1) : 1;
-        if (pwSize == n) {
-            v.posWeight = bce_grad::PosWeight::Full;
-        } else if (pw->GetStorageShape().GetDimNum() == 1 && pwSize == last) {
-            v.posWeight = bce_grad::PosWeight::LastDim;
-            v.classes = last;
-        } else {
-            return ge::GRAPH_FAILED;  // neither the input's shape nor [C]
-        }
-    }
+    if (!ReadVariant(context, shape, &v)) return ge::GRAPH_FAILED;
 
-    std::string soc = "Ascend910B2";
-    auto* info = context->GetPlatformInfo();
-    if (info != nullptr) {
-        std::string version;
-        if (info->GetPlatformRes("version", "SoC_version", version) && !version.empty()) soc = version;
-    }
+    std::string soc;  // the full name (Ascend910B2, ...) selects the tuned table's rows
+    if (!info->GetPlatformRes("version", "SoC_version", soc) || soc.empty()) soc = "unknown";
 
     bce_grad::TilingResult r;
     const char* err = nullptr;
-    if (bce_grad::TunedTiling(soc.c_str(), n, v, platform, &r, &err) != bce_grad::Status::Ok) {
+    if (bce_grad::TunedTiling(soc.c_str(), shape.GetShapeSize(), v, platform, &r, &err) != bce_grad::Status::Ok) {
         return ge::GRAPH_FAILED;
     }
     BceGradTilingData* tiling = context->GetTilingData<BceGradTilingData>();
-    *tiling = r.data;
-    context->SetBlockDim(static_cast<uint32_t>(r.blockDim > 0 ? r.blockDim : 1));
-    context->SetTilingKey(static_cast<uint64_t>(r.tilingKey));
     size_t* workspaces = context->GetWorkspaceSizes(1);
+    if (tiling == nullptr || workspaces == nullptr) return ge::GRAPH_FAILED;
+    *tiling = r.data;
+    // an empty tensor still launches one core, which finds no elements and returns
+    context->SetSimdNumBlocks(static_cast<uint32_t>(r.blockDim > 0 ? r.blockDim : 1));
+    context->SetTilingKey(bce_grad::kFrameworkTilingKey);
     workspaces[0] = ascendc.GetLibApiWorkSpaceSize() + static_cast<size_t>(bce_grad::WorkspaceBytes(v, r));
     return ge::GRAPH_SUCCESS;
 }
@@ -106,13 +130,13 @@ namespace ge {
 static graphStatus InferShape(gert::InferShapeContext* context) {
     const gert::Shape* logits = context->GetInputShape(1);
     gert::Shape* z = context->GetOutputShape(0);
+    if (logits == nullptr || z == nullptr) return GRAPH_FAILED;
     *z = *logits;
     return GRAPH_SUCCESS;
 }
 
 static graphStatus InferDataType(gert::InferDataTypeContext* context) {
-    context->SetOutputDataType(0, context->GetInputDataType(1));
-    return GRAPH_SUCCESS;
+    return context->SetOutputDataType(0, context->GetInputDataType(1));
 }
 
 }  // namespace ge
@@ -135,6 +159,7 @@ public:
         this->Attr("wrt").AttrType(OPTIONAL).String("logit");
         this->SetInferShape(ge::InferShape).SetInferDataType(ge::InferDataType);
         this->AICore().SetTiling(optiling::TilingFunc);
+        // Atlas 800T/800I A2 (ascend910b) and Atlas 200I/500 A2 (ascend310b); kernel/build.sh builds both
         for (const char* soc : {"ascend910b", "ascend310b"}) this->AICore().AddConfig(soc);
     }
 };
