@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Build the kernel with CANN: (1) the BceGrad custom-op package (msopgen project, custom_opp_*.run)
-# and (2) the kernel-launch library + torch_npu extension that kernel/npu.py loads.
-# Needs ASCEND_HOME_PATH (source <CANN>/set_env.sh); for (2) also torch and torch_npu.
-#   kernel/build.sh [--soc Ascend910B2] [--op-package] [--launch-lib]   (default: both)
-# Not run on machines without CANN (bcetune's CI has none); the CPU twin covers the kernel there.
+# Build the kernel with CANN, in both of CANN's flows, from the same sources:
+#   (1) the BceGrad custom-op package (msopgen project -> custom_opp_*.run) for every SoC family asked
+#       for (Ascend910B1..B4 -> ascend910b, Ascend310B1 -> ascend310b; msopgen alone configures one),
+#   (2) the kernel-launch library + torch_npu extension that kernel/npu.py and the tuner load (one SoC:
+#       the device's).
+# Needs ASCEND_HOME_PATH (source <CANN>/set_env.sh); for (2) also torch and torch_npu for $PYTHON.
+#   kernel/build.sh [--soc Ascend910B2[,Ascend310B1...]] [--op-package] [--launch-lib]   (default: both)
+# Not run on machines without CANN (bcetune's CI has none): there the sources are compile-checked
+# against the real CANN 8.5.0 headers (tests/test_cann_compile.py) and run in the CPU twin.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-soc="Ascend910B2"
+socs="Ascend910B2"
 want_pkg=0; want_lib=0
 while [ $# -gt 0 ]; do
     case "$1" in
-        --soc) soc="$2"; shift 2 ;;
+        --soc) socs="${2:?--soc needs a SoC name}"; shift 2 ;;
         --op-package) want_pkg=1; shift ;;
         --launch-lib) want_lib=1; shift ;;
         *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
@@ -21,6 +25,17 @@ if [ -z "${ASCEND_HOME_PATH:-}" ]; then
     echo "build.sh: ASCEND_HOME_PATH is not set: install CANN and source its set_env.sh first" >&2
     exit 2
 fi
+IFS=',' read -r -a soc_list <<< "$socs"
+units=()
+for soc in "${soc_list[@]}"; do
+    case "$soc" in
+        Ascend910B1|Ascend910B2|Ascend910B3|Ascend910B4) unit=ascend910b ;;
+        Ascend310B1) unit=ascend310b ;;
+        *) echo "build.sh: unknown SoC $soc (Ascend910B1..B4, Ascend310B1)" >&2; exit 2 ;;
+    esac
+    [[ " ${units[*]} " == *" $unit "* ]] || units+=("$unit")
+done
+PYTHON="${PYTHON:-python3}"
 out="$here/build"
 mkdir -p "$out"
 
@@ -28,18 +43,31 @@ if [ $want_pkg -eq 1 ]; then
     command -v msopgen >/dev/null || { echo "build.sh: msopgen not found (CANN toolkit bin)" >&2; exit 2; }
     proj="$out/BceGrad"
     rm -rf "$proj"
-    msopgen gen -i "$here/op_host/bce_grad.json" -c "ai_core-$soc" -lan cpp -out "$proj"
+    msopgen gen -i "$here/op_host/bce_grad.json" -c "ai_core-${soc_list[0]}" -lan cpp -out "$proj"
+    # msopgen configures the one SoC given with -c: list every family asked for
+    "$PYTHON" - "$proj/CMakePresets.json" "$(IFS=';'; echo "${units[*]}")" <<'PY'
+import json, sys
+path, units = sys.argv[1], sys.argv[2]
+doc = json.load(open(path))
+for preset in doc.get("configurePresets", []):
+    cache = preset.get("cacheVariables", {})
+    if "ASCEND_COMPUTE_UNIT" in cache:
+        cache["ASCEND_COMPUTE_UNIT"]["value"] = units
+json.dump(doc, open(path, "w"), indent=4)
+PY
     cp "$here"/op_host/bce_grad.cpp "$here"/op_host/bce_grad_tiling_core.h "$here"/op_host/bce_grad_tuned_table.h "$proj/op_host/"
     cp "$here"/op_kernel/bce_grad.cpp "$here"/op_kernel/bce_grad.h "$here"/op_kernel/bce_grad_tiling_data.h "$proj/op_kernel/"
     # (op_host/bce_grad_tiling_core.h includes ../op_kernel/bce_grad_tiling_data.h: same layout there)
-    # the custom-op kernel takes the framework workspace and a fixed dtype per binary
-    sed -i "1i #define BCE_GRAD_CUSTOM_OP 1" "$proj/op_kernel/bce_grad.cpp"
+    # the custom-op flow of the kernel source: registered tiling struct, framework workspace first
+    sed -i '1i add_ops_compile_options(ALL OPTIONS -DBCE_GRAD_CUSTOM_OP=1)' "$proj/op_kernel/CMakeLists.txt"
     (cd "$proj" && bash build.sh)
-    echo "op package: $(ls "$proj"/build_out/custom_opp_*.run)"
+    echo "op package (${units[*]}): $(ls "$proj"/build_out/custom_opp_*.run)"
 fi
 
 if [ $want_lib -eq 1 ]; then
-    cmake -S "$here" -B "$out/launch" -DSOC_VERSION="$soc" -DASCEND_CANN_PACKAGE_PATH="$ASCEND_HOME_PATH"
+    [ ${#soc_list[@]} -eq 1 ] || { echo "build.sh: the launch library is built for one SoC (the device's)" >&2; exit 2; }
+    cmake -S "$here" -B "$out/launch" -DSOC_VERSION="${soc_list[0]}" -DASCEND_CANN_PACKAGE_PATH="$ASCEND_HOME_PATH" \
+        -DPython3_EXECUTABLE="$(command -v "$PYTHON")"
     cmake --build "$out/launch" -j
     echo "torch_npu extension: $(ls "$out"/launch/bce_grad_npu*.so)"
     echo "use it: BCETUNE_NPU_EXT=$(ls "$out"/launch/bce_grad_npu*.so) python -m tuner sweep --backend npu ..."

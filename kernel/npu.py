@@ -5,7 +5,9 @@ Needs CANN, torch, torch_npu and the extension that ``kernel/build.sh --launch-l
 ``tiling_model`` and travels to the device as the struct's bytes. Without an NPU every entry
 point raises :class:`NpuUnavailable` with one line saying what is missing.
 
-NOT RUN on bcetune's CI (no NPU there): the same kernel source is verified on the CPU twin.
+NOT RUN on bcetune's CI (no NPU there): the same kernel source is verified on the CPU twin, the
+extension is compiled against the real torch and torch_npu headers (tests/test_npu_ext.py), and
+``python -m kernel.doctor`` is what a user with an Ascend host runs first.
 """
 
 from __future__ import annotations
@@ -43,15 +45,37 @@ def extension_path() -> Path:
     return found[0] if found else Path(__file__).parent / "build" / "launch" / "bce_grad_npu.so"
 
 
-def runtime() -> NpuRuntime:
-    """torch with torch_npu, the launch extension and the device's SoC name, or NpuUnavailable."""
+_load_error: str | None = None
+
+
+def load_torch_npu() -> Any:
+    """torch with torch_npu loaded, or NpuUnavailable saying which piece is missing.
+
+    torch_npu registers itself as a torch device backend, so once it is installed even a plain
+    ``import torch`` loads it and fails where CANN's libraries are missing (a CPU-only user of
+    such an environment sets TORCH_DEVICE_BACKEND_AUTOLOAD=0)."""
     if importlib.util.find_spec("torch_npu") is None:
         raise NpuUnavailable(
             "torch_npu is not installed (pip install 'bcetune[npu]' on a machine with CANN and an NPU)"
         )
-    import torch
-    import torch_npu  # noqa: F401  (registers the NPU device with torch)
+    global _load_error
+    if _load_error is None:  # a failed import is not retried: a second attempt fails on half-registered state
+        try:
+            import torch
+            import torch_npu  # noqa: F401  (registers the NPU device with torch)
 
+            return torch
+        except (ImportError, OSError, RuntimeError) as e:
+            cause = e.__cause__ or e.__context__ or e
+            _load_error = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    raise NpuUnavailable(
+        f"torch_npu is installed but cannot load ({_load_error}): install CANN and source its set_env.sh"
+    )
+
+
+def runtime() -> NpuRuntime:
+    """torch with torch_npu, the launch extension and the device's SoC name, or NpuUnavailable."""
+    torch = load_torch_npu()
     if not torch.npu.is_available():
         raise NpuUnavailable("torch_npu found no NPU device (check npu-smi info and the CANN driver)")
     path = extension_path()
@@ -144,4 +168,4 @@ def time_launches(
     return samples
 
 
-__all__ = ["NpuUnavailable", "bce_grad", "launch", "runtime", "time_launches"]
+__all__ = ["NpuUnavailable", "bce_grad", "launch", "load_torch_npu", "runtime", "time_launches"]

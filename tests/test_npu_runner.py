@@ -1,27 +1,73 @@
-"""The torch_npu runner: on machines with an NPU it must agree with the CPU twin; elsewhere it
-raises one clear NpuUnavailable line (these machines have no NPU: the agreement test skips)."""
+"""The torch_npu runner: on machines with an NPU it must agree with the CPU twin; elsewhere every entry
+point raises one clear NpuUnavailable line, with torch_npu absent or installed without CANN (these
+machines have no NPU: the agreement test skips and says why)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from kernel import cpu, npu
 
-HAS_NPU = importlib.util.find_spec("torch_npu") is not None
+INSTALLED = importlib.util.find_spec("torch_npu") is not None
 
 
-@pytest.mark.skipif(HAS_NPU, reason="torch_npu is installed: the unavailable path is not reachable")
-def test_without_torch_npu_every_entry_point_says_what_is_missing() -> None:
+def npu_reason() -> str | None:
+    """None where an NPU runtime is up, else why not (the NpuUnavailable line)."""
+    try:
+        npu.runtime()
+    except npu.NpuUnavailable as e:
+        return str(e)
+    return None
+
+
+def user_env() -> dict[str, str]:
+    """The environment of a user who installed bcetune[npu] (torch_npu's device autoload on)."""
+    env = dict(os.environ)
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    return env
+
+
+def test_without_torch_npu_every_entry_point_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch_npu" else find_spec(name, *a)
+    )
     with pytest.raises(npu.NpuUnavailable, match=r"^torch_npu is not installed \(pip install 'bcetune\[npu\]'"):
         npu.runtime()
     with pytest.raises(npu.NpuUnavailable, match="torch_npu is not installed"):
         npu.bce_grad(None, None, None)
 
 
-@pytest.mark.skipif(not HAS_NPU, reason="no torch_npu/NPU on this machine: the NPU path is not run here")
+@pytest.mark.skipif(not INSTALLED, reason="torch_npu is not installed here (the test extras install it on x86_64)")
+@pytest.mark.parametrize("autoload", [True, False])
+def test_installed_torch_npu_without_cann_is_one_clear_line(autoload: bool) -> None:
+    """The real torch_npu wheel without CANN: `import torch` itself fails once torch_npu autoloads
+    (RuntimeError), and `import torch_npu` fails on CANN's missing libraries (ImportError). Both
+    become one NpuUnavailable line naming the missing library, in a fresh process as a user sees it."""
+    env = user_env()
+    if not autoload:
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    code = (
+        "from kernel import npu\n"
+        "try:\n    npu.runtime()\nexcept npu.NpuUnavailable as e:\n    print('UNAVAILABLE', e)\n"
+        "try:\n    npu.bce_grad(None, None, None)\nexcept npu.NpuUnavailable as e:\n    print('UNAVAILABLE', e)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout + proc.stderr
+    for line in lines:
+        assert line.startswith("UNAVAILABLE torch_npu is installed but cannot load ("), line
+        assert line.endswith("): install CANN and source its set_env.sh"), line
+        assert ".so" in line  # names the library CANN would provide (libhccl.so, libascendcl.so, ...)
+
+
+@pytest.mark.skipif(npu_reason() is not None, reason=f"no NPU runtime here: {npu_reason()}")
 def test_npu_matches_the_cpu_twin() -> None:  # pragma: no cover - needs an NPU
     import torch
 

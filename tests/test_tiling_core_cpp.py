@@ -125,3 +125,57 @@ def test_cpp_core_matches_tiling_model(driver: Path, seed: int) -> None:
         assert got == python_line(c), c
         oks += got.startswith("ok")
     assert oks > 0.4 * len(cases)  # many cases are tilings, not just matching errors
+
+
+# ------------------------------------------------------------------ what the CANN TilingFunc reads
+
+#: GetCoreMemSize(UB) as asc-devkit v8.5.0 platform_ascendc.cpp computes it from the SoC's INI
+#: ub_size: 256 B (LOCAL_RESERV_SIZE) already left out on the Ascend910B family, nothing on 310B.
+REPORTED_UB_LESS = {"Ascend910B": 256, "Ascend310B": 0}
+FAMILY_ID = {"Ascend910B": 0, "Ascend310B": 1}
+
+
+def run_driver(exe: Path, text: str) -> list[str]:
+    return subprocess.run([str(exe)], input=text, capture_output=True, text=True, check=True).stdout.split("\n")
+
+
+def test_host_ub_budget_from_what_the_platform_reports_is_the_models(tmp_path: Path) -> None:
+    """The sixth finding: the host subtracted the 256 B twice on 910B (187904 B against the model's 188160 B)."""
+    exe = compile_cpp_driver("host_inputs_driver.cpp", tmp_path)
+    socs = [load_soc(s) for s in known_socs()]
+    family = {s.name: "Ascend310B" if s.name.startswith("Ascend310B") else "Ascend910B" for s in socs}
+    lines = "".join(f"ub {FAMILY_ID[family[s.name]]} {s.ub_bytes - REPORTED_UB_LESS[family[s.name]]}\n" for s in socs)
+    out = run_driver(exe, lines)
+    for s, got in zip(socs, out, strict=False):
+        assert int(got) == s.ub_usable_bytes, (s.name, got)
+    assert load_soc("Ascend910B2").ub_usable_bytes == 188160 and load_soc("Ascend310B1").ub_usable_bytes == 253696
+
+
+def test_host_pos_weight_form_is_the_twin_runners(tmp_path: Path) -> None:
+    """The TilingFunc reads the pos_weight form from the shapes as kernel.cpu does (same shape: full;
+    [C] with C the last dim: last_dim; else refused)."""
+    from kernel.cpu import _check_inputs
+
+    exe = compile_cpp_driver("host_inputs_driver.cpp", tmp_path)
+    cases = [((4, 5), (4, 5)), ((4, 5), (5,)), ((5,), (5,)), ((1, 5), (5,)), ((4, 5), (4,)), ((4, 5), (20,)),
+             ((4, 5), (1, 5)), ((3, 1), (1,)), ((7,), (1,)), ((), (1,)), ((4, 5), None)]  # fmt: skip
+    text = ""
+    for shape, pw in cases:
+        if pw is None:
+            text += "pw 0 0 0 0 0 0\n"
+            continue
+        last = shape[-1] if shape else 1
+        text += f"pw 1 {int(shape == pw)} {len(pw)} {int(np.prod(pw))} {len(shape)} {last}\n"
+    out = run_driver(exe, text)
+    forms = {0: "none", 1: "full", 2: "last_dim"}
+    for (shape, pw), got in zip(cases, out, strict=False):
+        x = np.zeros(shape, np.float32)
+        try:
+            _, form = _check_inputs(x, x, x, None, None if pw is None else np.zeros(pw, np.float32), "none")
+        except ValueError:
+            form = "err"
+        parts = got.split()
+        cpp = "err" if parts[0] == "err" else forms[int(parts[1])]
+        assert cpp == form, (shape, pw, got)
+        if form == "last_dim":
+            assert int(parts[2]) == shape[-1]

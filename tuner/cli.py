@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--soc", required=True, choices=known_socs())
     g.add_argument("--table", type=Path, help="table path (default: the shipped one; rewritten in place)")
     g.add_argument("--no-progress", action="store_true")
+    sub.add_parser(
+        "doctor", add_help=False, help="on an Ascend host: check CANN, torch_npu, the device, build, golden, timing"
+    )
     x = sub.add_parser("export-header", help="write the tables as a C++ header for the host tiling")
     x.add_argument("--tables", type=Path, default=TABLES_DIR, help="directory of <SoC>.json tables")
     x.add_argument("--out", type=Path, default=HEADER_PATH)
@@ -120,6 +123,11 @@ def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:  # its own flags (tuner/doctor.py)
+        from tuner.doctor import main as doctor
+
+        return doctor(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "export-header":
         try:

@@ -1,0 +1,285 @@
+"""``python -m tuner doctor``: what a user with an Ascend host runs first, before tuning on the NPU.
+
+In order, stopping at the first piece that is missing (one line saying which, exit 1):
+CANN (``ASCEND_HOME_PATH``, its version), torch and torch_npu, the NPU device and its SoC profile,
+the kernel-launch library (``kernel/build.sh --launch-lib``), then the golden cases on the device
+against the float64 reference (every variant at edge sizes) and the seed default against the
+tuned tiling on a few sizes. Prints one report; exit 0 only if every check passed.
+
+The golden cases and their check take any launcher, so the same code runs here on the CPU twin
+(tests/test_doctor.py); on this project's machines the NPU steps are not reached (no CANN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from kernel import npu
+from kernel.reference import wrong_elements
+from tiling_model import TilingData, TilingParams, compute_tiling, known_socs, load_soc, valid_combinations
+from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES
+from tiling_model.search import refit
+from tiling_model.tables import TableError, load_table
+from tuner.sweep import TABLES_DIR
+
+BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "kernel" / "build.sh"
+#: Files a CANN toolkit keeps its version in (the first that exists is reported).
+CANN_VERSION_FILES = ("version.cfg", "compiler/version.info", "ascend_toolkit_install.info", "runtime/version.info")
+LAST_DIM_CLASSES = 7
+TIMED_SIZES = (1 << 16, 1 << 20, 1 << 24)
+NUMPY_DTYPES = {
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "int32": np.dtype(np.int32),
+    "int16": np.dtype(np.int16),
+}
+
+#: Runs one tiling over numpy inputs and returns z as numpy (the NPU, or the CPU twin in tests).
+Launcher = Callable[[TilingData, dict[str, np.ndarray | None]], np.ndarray]
+
+
+class DoctorStop(RuntimeError):
+    """A piece of the NPU path is missing: the doctor says which in one line and stops."""
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    dtype: str
+    reduction: str
+    weight: bool
+    pos_weight: str
+    wrt: str
+    shape: tuple[int, ...]
+
+    def label(self) -> str:
+        w = "w" if self.weight else "nw"
+        return f"{self.dtype}/{self.reduction}/{w}/pw_{self.pos_weight}/{self.wrt} shape={list(self.shape)}"
+
+
+def golden_cases() -> list[GoldenCase]:
+    """Every variant the kernel supports, at sizes that exercise one element, a partial block, the
+    48-core split and a multi-tile run with a tail."""
+    out = []
+    for dtype, reduction in valid_combinations():
+        per_block = 512 // DTYPE_BYTES[dtype]
+        sizes = (1, 129, 48 * per_block + 1, 100_003)
+        wrts = ("logit", "probability") if dtype in FLOAT_DTYPES else ("logit",)
+        for wrt in wrts:
+            for pw in ("none", "full", "last_dim") if wrt == "logit" else ("none",):
+                for weight in (True, False):
+                    for n in sizes:
+                        c = LAST_DIM_CLASSES
+                        shape = (max(1, n // c), c) if pw == "last_dim" else (n,)
+                        out.append(GoldenCase(dtype, reduction, weight, pw, wrt, shape))
+    return out
+
+
+def case_inputs(case: GoldenCase, seed: int) -> dict[str, np.ndarray | None]:
+    """Inputs in the operator's domain (p in (0, 1), hard and soft labels; small ints)."""
+    rng = np.random.default_rng(seed)
+    d = NUMPY_DTYPES[case.dtype]
+    shape = case.shape
+    if case.dtype not in FLOAT_DTYPES:
+        small = lambda s: rng.integers(-6, 7, s).astype(d)  # noqa: E731  (no int16 overflow)
+        return {
+            "grad": small(shape),
+            "logits": small(shape),
+            "labels": small(shape),
+            "weight": small(shape) if case.weight else None,
+            "pos_weight": None
+            if case.pos_weight == "none"
+            else small(shape if case.pos_weight == "full" else shape[-1:]),
+        }
+    n = int(np.prod(shape))
+    y = np.where(rng.random(n) < 0.5, rng.integers(0, 2, n), rng.random(n)).reshape(shape)
+    pw_shape = shape if case.pos_weight == "full" else shape[-1:]
+    return {
+        "grad": (rng.normal(size=shape if case.reduction == "none" else (1,)) * 2).astype(d),
+        "logits": rng.uniform(0.02, 0.98, shape).astype(d),
+        "labels": y.astype(d),
+        "weight": rng.uniform(0.25, 4.0, shape).astype(d) if case.weight else None,
+        "pos_weight": None if case.pos_weight == "none" else rng.uniform(0.1, 5.0, pw_shape).astype(d),
+    }
+
+
+def run_golden(launch: Launcher, soc: str, cases: list[GoldenCase]) -> list[str]:
+    """Run every case with its default tiling on ``soc``; the failures, one line each."""
+    failures = []
+    for i, case in enumerate(cases):
+        a = case_inputs(case, i)
+        t = compute_tiling(list(case.shape), case.dtype, case.reduction, None, soc, "exact", case.weight,
+                           case.pos_weight, case.wrt)  # fmt: skip
+        try:
+            z = launch(t, a)
+        except Exception as e:  # noqa: BLE001 - a launch error is this case's failure, the rest still run
+            failures.append(f"{case.label()}: launch failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            continue
+        bad = wrong_elements(z, a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], case.reduction,
+                             case.wrt)  # fmt: skip
+        if bad.size:
+            failures.append(f"{case.label()}: {bad.size} of {z.size} elements off the reference, first at {bad[0]}")
+    return failures
+
+
+# ------------------------------------------------------------------ the steps
+
+
+def check_cann(env: dict[str, str]) -> str:
+    home = env.get("ASCEND_HOME_PATH")
+    if not home:
+        raise DoctorStop("CANN: ASCEND_HOME_PATH is not set (install the CANN toolkit and source its set_env.sh)")
+    root = Path(home)
+    if not root.is_dir():
+        raise DoctorStop(f"CANN: ASCEND_HOME_PATH={home} is not a directory")
+    for name in CANN_VERSION_FILES:
+        f = root / name
+        if f.is_file():
+            for line in f.read_text(errors="replace").splitlines():
+                key, _, value = line.partition("=")
+                if key.strip().lower() in ("version", "toolkit_version", "runtime_version") and value.strip():
+                    return f"{home} (version {value.strip()}, from {name})"
+    return f"{home} (version file not found: the compile tests checked the headers of CANN 8.5.0)"
+
+
+def check_torch() -> tuple[Any, str]:
+    try:
+        torch = npu.load_torch_npu()
+    except npu.NpuUnavailable as e:
+        raise DoctorStop(f"torch_npu: {e}") from None
+    import torch_npu
+
+    return torch, f"torch {torch.__version__}, torch_npu {getattr(torch_npu, '__version__', 'unknown')}"
+
+
+def check_device(torch: Any) -> str:
+    if not torch.npu.is_available():
+        raise DoctorStop("device: torch_npu found no NPU (check npu-smi info and the driver)")
+    soc = str(torch.npu.get_device_name())
+    if soc not in known_socs():
+        raise DoctorStop(f"device: SoC {soc!r} has no profile in tiling_model (known: {', '.join(known_socs())})")
+    return soc
+
+
+def build_launch_library(soc: str, log: Path) -> Path:
+    with log.open("w") as f:
+        env = dict(os.environ, PYTHON=sys.executable)  # build the extension for this Python's torch
+        proc = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "--launch-lib", "--soc", soc], stdout=f, stderr=f, env=env, check=False
+        )
+    ext = npu.extension_path()
+    if proc.returncode != 0 or not ext.exists():
+        raise DoctorStop(f"build: kernel/build.sh --launch-lib --soc {soc} failed (exit {proc.returncode}); see {log}")
+    return ext
+
+
+def npu_launcher(rt: npu.NpuRuntime) -> Launcher:
+    torch = rt.torch
+
+    def to_device(a: np.ndarray | None) -> Any:
+        if a is None:
+            return None
+        if a.dtype == NUMPY_DTYPES["bfloat16"]:  # torch.from_numpy knows no ml_dtypes bfloat16: exact via float32
+            return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16).npu()
+        return torch.from_numpy(np.ascontiguousarray(a)).npu()
+
+    def launch(t: TilingData, a: dict[str, np.ndarray | None]) -> np.ndarray:
+        tensors = {k: to_device(v) for k, v in a.items()}
+        z = torch.empty_like(tensors["logits"])
+        npu.launch(rt, t, npu.device_tiling(rt, t), tensors, z)
+        torch.npu.synchronize()
+        if z.dtype == torch.bfloat16:
+            return z.float().cpu().numpy().astype(NUMPY_DTYPES["bfloat16"])
+        return z.cpu().numpy()
+
+    return launch
+
+
+def tuned_params(table_path: Path, soc: str, dtype: str, reduction: str, n: int) -> tuple[TilingParams, str]:
+    """What the service would answer for this size (table entry, re-fit to the size), else the default."""
+    try:
+        table = load_table(table_path)
+    except TableError:
+        return TilingParams(), "default (no table)"
+    entry = table.lookup(dtype, reduction, True, n)
+    if entry is None:
+        return TilingParams(), "default (no entry)"
+    if entry.size == n:
+        return entry.tiling_params(), "table"
+    return refit(n, dtype, reduction, True, load_soc(soc), entry.tiling_params()), "table, re-fit"
+
+
+def time_seed_vs_tuned(rt: npu.NpuRuntime, soc: str, table_path: Path) -> Iterator[str]:
+    torch = rt.torch
+    for dtype, reduction in (("float32", "none"), ("float16", "mean")):
+        for n in TIMED_SIZES:
+            tuned, source = tuned_params(table_path, soc, dtype, reduction, n)
+            case = GoldenCase(dtype, reduction, True, "none", "logit", (n,))
+            a = case_inputs(case, 0)
+            tensors = {k: (None if v is None else torch.from_numpy(v).npu()) for k, v in a.items()}
+            times = []
+            for params in (TilingParams(), tuned):
+                t = compute_tiling([n], dtype, reduction, params, soc, "exact", True)
+                samples = npu.time_launches(rt, t, tensors, warmup=3, repeats=20, flush_l2=True)
+                times.append(float(np.median(samples)))
+            yield (
+                f"  {dtype:<8} {reduction:<5} n={n:>9}: seed default {times[0]:9.2f} us, tuned ({source}) "
+                f"{times[1]:9.2f} us, {times[0] / times[1]:.3f}x"
+            )
+
+
+def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tuner doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-build", action="store_true", help="use the launch library already built")
+    parser.add_argument("--table", type=Path, help="tuned table to time against (default: the shipped one)")
+    parser.add_argument("--log", type=Path, default=Path("doctor-build.log"), help="where the build's output goes")
+    args = parser.parse_args(argv)
+    env = dict(os.environ) if env is None else env
+    report: list[str] = []
+
+    def ok(step: str, detail: str) -> None:
+        report.append(f"ok    {step:<8} {detail}")
+        print(report[-1], flush=True)
+
+    try:
+        ok("cann", check_cann(env))
+        torch, versions = check_torch()
+        ok("torch", versions)
+        soc = check_device(torch)
+        ok("device", soc)
+        ext = npu.extension_path() if args.no_build else build_launch_library(soc, args.log)
+        if not ext.exists():
+            raise DoctorStop(f"build: {ext} does not exist (run without --no-build)")
+        ok("build", str(ext))
+        rt = npu.runtime()
+    except DoctorStop as e:
+        print(f"FAIL  {e}", file=sys.stderr)
+        return 1
+    start = time.perf_counter()
+    cases = golden_cases()
+    failures = run_golden(npu_launcher(rt), soc, cases)
+    for f in failures[:20]:
+        print(f"FAIL  golden   {f}", file=sys.stderr)
+    if failures:
+        print(f"FAIL  golden   {len(failures)} of {len(cases)} cases wrong", file=sys.stderr)
+        return 1
+    ok(
+        "golden",
+        f"{len(cases)} cases, every variant, match the float64 reference ({time.perf_counter() - start:.1f} s)",
+    )
+    print("timing (median of 20 launches, L2 flushed before each):", flush=True)
+    for line in time_seed_vs_tuned(rt, soc, args.table or TABLES_DIR / f"{soc}.json"):
+        print(line, flush=True)
+    print("doctor: every check passed")
+    return 0
