@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep bench-model bench-search bench-regret bench-service soak-service clean
+.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-service soak-service bench-tiling-key doctor clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,21 @@ sweep: $(STAMP)
 		$(PY) -m tuner sweep --soc $$soc --trials 12 --pos-weights none,full,last_dim --wrts logit,probability \
 			--storage sqlite:///bcetune-sweep.db || exit 1; done
 	$(PY) -m tuner export-header
+
+# Re-check the shipped tables against the current kernel sources in the CPU twin (no re-tuning), then
+# re-export the header: after a kernel change that leaves the cost model alone.
+regate: $(STAMP)
+	for soc in Ascend910B1 Ascend910B2 Ascend910B3 Ascend910B4 Ascend310B1; do \
+		$(PY) -m tuner regate --soc $$soc --no-progress || exit 1; done
+	$(PY) -m tuner export-header
+
+# On an Ascend host: CANN, torch_npu, the device, the launch library, golden cases and timing.
+doctor: $(STAMP)
+	$(PY) -m tuner doctor
+
+# Why the tiling key travels in the struct: code and compile time of per-key kernels (g++ stand-in).
+bench-tiling-key: $(STAMP)
+	$(PY) benchmarks/tiling_key_binary_size.py
 
 # Cost-model speed (single prediction, whole-space scoring): a benchmark, not a test.
 bench-model: $(STAMP)
