@@ -10,7 +10,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from tiling_model import compute_tiling, load_soc, predict
+from tiling_model import Variant, compute_tiling, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.space import score_space
 
@@ -29,12 +29,12 @@ def main() -> None:
     soc = load_soc("Ascend910B2")
     print(f"{'case':<40}{'configs':>9}{'median':>12}{'per config':>14}")
     for n, dtype in ((1024, "float32"), (1 << 20, "float16"), (1 << 26, "float32")):
-        t = compute_tiling([n], dtype, "none", soc=soc)
+        t = compute_tiling([n], Variant(dtype, "none"), soc=soc)
         single = median_s(lambda t=t: predict(t, soc), 200)
         print(
             f"{'predict 1 tiling, n=' + str(n) + ' ' + dtype:<40}{1:>9}{single * 1e3:>10.3f}ms{single * 1e6:>12.1f}us"
         )
-        kernel = bce_grad_kernel(dtype, "none")
+        kernel = bce_grad_kernel(Variant(dtype, "none"))
         scored = score_space(kernel, soc, n)
         whole = median_s(lambda kernel=kernel, n=n: score_space(kernel, soc, n), 5)
         print(

@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import optuna
 
-from tiling_model import compute_tiling, load_soc, predict, valid_combinations
+from tiling_model import Variant, compute_tiling, load_soc, predict, valid_combinations
 from tiling_model.space import score_space
-from tuner.space import SearchSpace
+from tuner.search_space import SearchSpace
 
 STRATEGIES = ("model-seeded TPE", "plain TPE", "random")
 
@@ -38,7 +38,7 @@ def trials_to_reach(
     best_measured, best_true = float("inf"), float("inf")
     for i in range(1, budget + 1):
         trial = study.ask()
-        t = compute_tiling([n], space.dtype, space.reduction, space.suggest(trial), space.soc, "exact", space.weight)
+        t = compute_tiling([n], space.variant, space.suggest(trial), space.soc)
         true = predict(t, space.soc)
         measured = true * float(np.exp(rng.normal(0.0, noise)))
         study.tell(trial, measured)
@@ -64,7 +64,7 @@ def main() -> int:
     for k in range(a.shapes):
         dtype, reduction = combos[rng.integers(len(combos))]
         n = int(np.exp(rng.uniform(np.log(1e3), np.log(3e8))))
-        space = SearchSpace(soc, dtype, reduction, bool(rng.random() < 0.7))
+        space = SearchSpace(soc, Variant(dtype, reduction, bool(rng.random() < 0.7)))
         scored = score_space(space.kernel, soc, n)
         optimum = float(scored.result.predicted_us.min())
         for s in STRATEGIES:

@@ -23,7 +23,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service_load import SHAPES, lua_script, parse, start_server  # noqa: E402
 
-from tiling_model import TilingParams, compute_tiling, element_count, load_soc, validate  # noqa: E402
+from tiling_model import TilingParams, Variant, compute_tiling, element_count, load_soc, validate  # noqa: E402
 from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table  # noqa: E402
 
 VERSIONS = [
@@ -35,7 +35,7 @@ VERSIONS = [
 def table(params: dict) -> TuningTable:
     entries = []
     for shape, dtype, reduction in SHAPES:
-        entries.append(TableEntry(dtype, reduction, True, "none", "logit", element_count(shape), params, 1.0, 1.0, 1))
+        entries.append(TableEntry(Variant(dtype, reduction), element_count(shape), params, 1.0, 1.0, 1))
     return TuningTable(
         "Ascend910B2",
         load_soc("Ascend910B2").profile_hash,
@@ -87,7 +87,7 @@ def main() -> int:
                         doc = r.json() if r.status_code == 200 else {}
                         ok = r.status_code == 200 and doc.get("params") in VERSIONS and doc.get("source") == "exact"
                         if ok:
-                            t = compute_tiling(shape, dtype, reduction, TilingParams(**doc["params"]))
+                            t = compute_tiling(shape, Variant(dtype, reduction), TilingParams(**doc["params"]))
                             ok = validate(t) == [] and base64.b64decode(doc["tiling_b64"]) == t.to_bytes()
                         wrong += not ok
                     time.sleep(0.25)

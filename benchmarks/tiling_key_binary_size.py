@@ -21,6 +21,7 @@ from pathlib import Path
 from tiling_model.dtypes import FLOAT_DTYPES, valid_combinations
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.tiling import tiling_key
+from tiling_model.variant import Variant
 
 ROOT = Path(__file__).resolve().parents[1]
 CTYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t", "int32": "int32_t", "int16": "int16_t"}
@@ -34,9 +35,10 @@ def every_key() -> dict[int, str]:
         for wrt in ("logit", "probability") if dtype in FLOAT_DTYPES else ("logit",):
             for pw in ("none", "full", "last_dim") if wrt == "logit" else ("none",):
                 for weight in (True, False):
-                    kernel = bce_grad_kernel(dtype, reduction, weight, pw, wrt, "exact", 1)
+                    variant = Variant(dtype, reduction, weight, pw, wrt)
+                    kernel = bce_grad_kernel(variant, "exact", 1)
                     for bn in kernel.allowed_buffer_nums():
-                        keys[tiling_key(reduction, dtype, weight, bn, pw, wrt)] = dtype
+                        keys[tiling_key(variant, bn)] = dtype
     return keys
 
 

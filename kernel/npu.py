@@ -18,15 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiling_model import TilingParams, compute_tiling
-from tiling_model.tiling import TilingData
+from tiling_model import BadRequest, BuildError, TilingData, TilingParams, Variant, compute_tiling
 
 #: Written between timed repetitions to evict the kernel's data from L2 (A2 L2 is 192 MiB at most).
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 TORCH_DTYPES = ("float32", "float16", "bfloat16", "int32", "int16")
 
 
-class NpuUnavailable(RuntimeError):
+class NpuUnavailable(BuildError):
     """No NPU path on this machine (torch_npu, a device, or the built extension is missing)."""
 
 
@@ -130,11 +129,10 @@ def bce_grad(
     rt = runtime()
     dtype = str(logits.dtype).removeprefix("torch.")
     if dtype not in TORCH_DTYPES:
-        raise ValueError(f"unsupported dtype {dtype}; the kernel takes {', '.join(TORCH_DTYPES)}")
+        raise BadRequest(f"unsupported dtype {dtype}; the kernel takes {', '.join(TORCH_DTYPES)}")
     form = "none" if pos_weight is None else ("full" if pos_weight.shape == logits.shape else "last_dim")
-    tiling = compute_tiling(
-        list(logits.shape), dtype, reduction, params, rt.soc, "exact", weight is not None, form, wrt
-    )
+    variant = Variant(dtype, reduction, weight is not None, form, wrt)  # type: ignore[arg-type]
+    tiling = compute_tiling(list(logits.shape), variant, params, rt.soc)
     z = rt.torch.empty_like(logits)
     tensors = {"grad": grad, "logits": logits, "labels": labels, "weight": weight, "pos_weight": pos_weight}
     dev = device_tiling(rt, tiling)

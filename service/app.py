@@ -20,7 +20,7 @@ from service import logs
 from service.config import Settings
 from service.limits import BodyLimit
 from service.metrics import Metrics, MetricsMiddleware
-from service.resolver import InvalidTiling, Query
+from service.resolver import Query
 from service.schemas import (
     BatchRequest,
     BatchResponse,
@@ -32,7 +32,7 @@ from service.schemas import (
     TilingResponse,
 )
 from service.store import TableStore
-from tiling_model import known_socs, load_soc
+from tiling_model import InvalidTiling, known_socs, load_soc
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorResponse, "description": "request body over the size limit"},
@@ -115,16 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def query(req: TilingRequest) -> Query:
         given = req.params.given() if req.params else ()
-        return Query(
-            req.soc or settings.default_soc,
-            tuple(req.shape),
-            req.dtype,
-            req.reduction,
-            req.weight,
-            req.pos_weight,
-            req.wrt,
-            given,
-        )
+        return Query(req.soc or settings.default_soc, tuple(req.shape), req.variant(), given)
 
     async def answer(req: TilingRequest) -> dict[str, Any]:
         resolver = store.snapshot.resolver

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.logs import LOGGER, event
-from tiling_model import TilingData, TilingParams, compute_tiling, load_soc, predict_detail, validate
+from tiling_model import (
+    InvalidTiling,
+    TilingData,
+    TilingParams,
+    Variant,
+    compute_tiling,
+    load_soc,
+    predict_detail,
+    validate,
+)
 from tiling_model.search import model_best, refit
 from tiling_model.tables import TuningTable, kernel_source_hash
 from tiling_model.tiling import KNOB_NAMES, TilingError, default_tile_bytes, element_count
@@ -22,24 +31,17 @@ log = logging.getLogger(LOGGER)
 CACHE_SIZE = 65536
 
 
-class InvalidTiling(ValueError):
-    """The knobs a request fixed give a tiling that breaks a rule; carries the violations."""
-
-    def __init__(self, message: str, violations: list[dict[str, Any]]) -> None:
-        super().__init__(message)
-        self.violations = violations
-
-
 @dataclass(frozen=True)
 class Query:
     soc: str
     shape: tuple[int, ...]
-    dtype: str
-    reduction: str
-    weight: bool
-    pos_weight: str
-    wrt: str
-    given: tuple[tuple[str, int], ...]
+    variant: Variant
+    given: tuple[tuple[str, int], ...]  # the knobs the request fixes
+
+    @property
+    def classes(self) -> int:
+        """C of a last-dim pos_weight (the last dim), 1 otherwise."""
+        return self.shape[-1] if self.variant.pos_weight == "last_dim" and self.shape else 1
 
 
 def _response(t: TilingData, source: str, prov: dict[str, Any], given: tuple[tuple[str, int], ...]) -> dict:
@@ -83,19 +85,16 @@ class TilingResolver:
         return doc
 
     def _tiling(self, q: Query, params: TilingParams) -> TilingData:
-        return compute_tiling(
-            list(q.shape), q.dtype, q.reduction, params, q.soc, "exact", q.weight, q.pos_weight, q.wrt
-        )
+        return compute_tiling(list(q.shape), q.variant, params, q.soc)
 
     def _tuned(self, q: Query, n: int) -> tuple[TilingData, str, dict[str, Any]]:
         soc = load_soc(q.soc)
         table = self.tables.get(q.soc)
-        entry = table.lookup(q.dtype, q.reduction, q.weight, n, q.pos_weight, q.wrt) if table else None
+        entry = table.lookup(q.variant, n) if table else None
         if table is not None and entry is not None:
             params = entry.tiling_params()
             if entry.size != n:  # unseen size: keep the bucket's block and BUFFER_NUM, re-fit cores and tile
-                classes = q.shape[-1] if q.pos_weight == "last_dim" else 1
-                params = refit(n, q.dtype, q.reduction, q.weight, soc, params, q.pos_weight, q.wrt, classes)
+                params = refit(n, q.variant, soc, params, q.classes)
             t = self._tiling(q, params)
             bad = validate(t, soc)
             if not bad:
@@ -125,8 +124,7 @@ class TilingResolver:
         }
         if n == 0:
             return self._tiling(q, TilingParams()), "model", prov
-        classes = q.shape[-1] if q.pos_weight == "last_dim" else 1
-        best = model_best(n, q.dtype, q.reduction, q.weight, soc, q.pos_weight, q.wrt, classes)
+        best = model_best(n, q.variant, soc, q.classes)
         return self._tiling(q, TilingParams(**best.params.as_dict())), "model", prov
 
     def _resolve(self, q: Query) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from tiling_model import known_socs, load_soc
+from tiling_model import Dtype, PosWeightForm, Reduction, Variant, Wrt, known_socs, load_soc
 from tiling_model.dtypes import INT_DTYPES
 
 MAX_DIMS = 8
@@ -19,11 +19,6 @@ INT64_MAX = 2**63 - 1
 PARAM_MAX = 2**31 - 1
 MAX_CORES = max(load_soc(s).aiv_cores for s in known_socs())
 MAX_UB = max(load_soc(s).ub_bytes for s in known_socs())
-
-DtypeName = Literal["float32", "float16", "bfloat16", "int32", "int16"]
-ReductionName = Literal["none", "sum", "mean"]
-PosWeightName = Literal["none", "full", "last_dim"]
-WrtName = Literal["logit", "probability"]
 
 
 class ParamsIn(BaseModel):
@@ -55,12 +50,12 @@ class TilingRequest(BaseModel):
     )
 
     shape: list[int] = Field(max_length=MAX_DIMS, description=f"dims, each 0..{MAX_DIM}; at most {MAX_DIMS}")
-    dtype: DtypeName
-    reduction: ReductionName = "none"
+    dtype: Dtype
+    reduction: Reduction = "none"
     soc: str | None = Field(None, description="target SoC (GET /socs); default: the service's default SoC")
     weight: bool = Field(True, description="the optional weight input is present")
-    pos_weight: PosWeightName = Field("none", description="absent, same shape, or [C] along the last dim")
-    wrt: WrtName = Field("logit", description="gradient w.r.t. the raw logit or the probability p")
+    pos_weight: PosWeightForm = Field("none", description="absent, same shape, or [C] along the last dim")
+    wrt: Wrt = Field("logit", description="gradient w.r.t. the raw logit or the probability p")
     params: ParamsIn | None = Field(None, description="knobs to fix; the others are tuned")
 
     @field_validator("shape")
@@ -94,10 +89,16 @@ class TilingRequest(BaseModel):
 
     @field_validator("wrt")
     @classmethod
-    def _pos_weight_logit_only(cls, wrt: str, info: ValidationInfo) -> str:
+    def _probability_rules(cls, wrt: str, info: ValidationInfo) -> str:
         if wrt == "probability" and info.data.get("pos_weight", "none") != "none":
             raise ValueError("pos_weight applies to wrt='logit' only")
+        if wrt == "probability" and info.data.get("dtype") in INT_DTYPES:
+            raise ValueError(f"wrt='probability' needs a float dtype, not {info.data['dtype']} (A2 has no integer Div)")
         return wrt
+
+    def variant(self) -> Variant:
+        """The call's variant (every rule it checks is checked above, naming the field)."""
+        return Variant(self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt)
 
     @model_validator(mode="after")
     def _last_dim_needs_a_dim(self) -> TilingRequest:

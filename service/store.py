@@ -14,7 +14,7 @@ from pathlib import Path
 
 from service.logs import LOGGER, event
 from service.resolver import TilingResolver
-from tiling_model import TilingError, UnsupportedError, compute_tiling, known_socs, load_soc, validate
+from tiling_model import BadRequest, compute_tiling, known_socs, load_soc, validate
 from tiling_model.tables import TableError, TuningTable, kernel_source_hash, load_table
 
 log = logging.getLogger(LOGGER)
@@ -55,14 +55,12 @@ def _checked(table: TuningTable, path: Path, kernel_hash: str) -> LoadedTable:
     keep, invalid = [], []
     for e in table.entries:
         try:
-            t = compute_tiling(
-                [e.size], e.dtype, e.reduction, e.tiling_params(), soc, "exact", e.weight, e.pos_weight, e.wrt
-            )
+            t = compute_tiling([e.size], e.variant, e.tiling_params(), soc)
             problems = [v.message for v in validate(t, soc)]
-        except (TilingError, UnsupportedError) as err:  # knobs no tiling can express (e.g. a 100-B block)
+        except BadRequest as err:  # knobs no tiling can express (e.g. a 100-B block)
             problems = [str(err)]
         if problems:
-            desc = f"{e.dtype}/{e.reduction}/w={e.weight}/{e.wrt}/pw={e.pos_weight}/n={e.size}"
+            desc = f"{e.variant.label()}/n={e.size}"
             invalid.append(desc)
             event(
                 log,

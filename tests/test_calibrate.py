@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tiling_model import load_soc
+from tiling_model import Variant, load_soc
 from tiling_model.calibrate import (
+    CalibrationCase,
     CalibrationError,
-    Measurement,
     calibrate,
     named_kernel,
     predict_measurement,
@@ -32,8 +32,11 @@ def test_recovers_the_parameters_that_generated_the_data() -> None:
     shapes = [(4096,), (1 << 16,), (1 << 20,), (1 << 22,), (3 << 22,), (1 << 24,), (1 << 26,), (1 << 27,)]
     data = []
     for i, shape in enumerate(shapes):
-        for kernel, warm in ((named_kernel("sigmoid", "float32"), True), (bce_grad_kernel("float16", "none"), False)):
-            m = Measurement(f"synthetic:{i}", kernel, shape, TilingParams(), 1.0, warm)
+        for kernel, warm in (
+            (named_kernel("sigmoid", "float32"), True),
+            (bce_grad_kernel(Variant("float16", "none")), False),
+        ):
+            m = CalibrationCase(f"synthetic:{i}", kernel, shape, TilingParams(), 1.0, warm)
             data.append(replace(m, measured_us=predict_measurement(m, truth)))
     start = load_soc("Ascend910B2")
     result = calibrate(replace(start, launch_us=2.0, core_start_us=0.1, hbm_gbps=1500.0, l2_gbps=5000.0), data)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tiling_model import compute_tiling
+from tiling_model import Variant, compute_tiling
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -21,7 +21,7 @@ def test_json_output_matches_the_library() -> None:
     )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    t = compute_tiling([1024, 1024], "float16", "mean")
+    t = compute_tiling([1024, 1024], Variant("float16", "mean"))
     assert doc["tiling"] == t.field_dict()
     assert list(doc["tiling"]) == list(t.field_dict())
     assert doc["block_dim"] == t.block_dim and doc["tiling_key"] == t.tiling_key

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tiling_model import TilingParams, compute_tiling, load_soc, predict, predict_detail, valid_combinations
+from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict, predict_detail, valid_combinations
 from tiling_model.kernels import CYCLES_PER_REPEAT, bce_grad_kernel, elementwise_kernel
 from tiling_model.simulate import CoreKinds, _pipeline, copy_us, simulate, vector_us
 from tiling_model.space import score_space
@@ -111,11 +111,11 @@ def test_long_runs_match_the_tile_by_tile_recurrence() -> None:
 
 
 def test_empty_tensor_costs_nothing() -> None:
-    assert predict(compute_tiling([0], "float32", "none")) == 0.0
+    assert predict(compute_tiling([0], Variant("float32", "none"))) == 0.0
 
 
 def test_tiny_launch_is_launch_bound() -> None:
-    d = predict_detail(compute_tiling([64], "float32", "none"))
+    d = predict_detail(compute_tiling([64], Variant("float32", "none")))
     assert d.bottleneck == "launch"
     assert SOC.launch_us < d.predicted_us < 2 * SOC.launch_us
 
@@ -123,7 +123,7 @@ def test_tiny_launch_is_launch_bound() -> None:
 @given(st.integers(1, 10**9), COMBO, st.booleans())
 def test_never_faster_than_the_roofline(n: int, combo: tuple[str, str], warm: bool) -> None:
     dtype, reduction = combo
-    t = compute_tiling([n], dtype, reduction)
+    t = compute_tiling([n], Variant(dtype, reduction))
     d = predict_detail(t, warm_l2=warm)
     assert d.predicted_us >= d.roofline_us - 1e-9
     assert 0 < d.fraction_of_roofline <= 1.0 + 1e-12
@@ -133,12 +133,15 @@ def test_never_faster_than_the_roofline(n: int, combo: tuple[str, str], warm: bo
 @given(st.integers(1, 10**9), COMBO)
 def test_more_elements_never_cost_less(n: int, combo: tuple[str, str]) -> None:
     dtype, reduction = combo
-    assert predict(compute_tiling([2 * n], dtype, reduction)) >= predict(compute_tiling([n], dtype, reduction)) - 1e-9
+    assert (
+        predict(compute_tiling([2 * n], Variant(dtype, reduction)))
+        >= predict(compute_tiling([n], Variant(dtype, reduction))) - 1e-9
+    )
 
 
 def test_warm_l2_helps_what_fits_and_not_what_does_not() -> None:
-    small = compute_tiling([1 << 22], "float32", "none")  # 80 MiB of traffic: fits 192 MiB
-    huge = compute_tiling([1 << 28], "float32", "none")  # 5 GiB: 4% fits
+    small = compute_tiling([1 << 22], Variant("float32", "none"))  # 80 MiB of traffic: fits 192 MiB
+    huge = compute_tiling([1 << 28], Variant("float32", "none"))  # 5 GiB: 4% fits
     assert predict(small, warm_l2=True) < 0.8 * predict(small)
     assert predict(huge, warm_l2=True) > 0.9 * predict(huge)
 
@@ -148,14 +151,16 @@ def test_warm_l2_helps_what_fits_and_not_what_does_not() -> None:
 
 @pytest.mark.parametrize("n", [1 << 20, 1 << 24, 1 << 27])
 def test_more_cores_help_large_inputs(n: int) -> None:
-    times = [predict(compute_tiling([n], "float32", "none", TilingParams(core_num=c))) for c in (1, 4, 16, 48)]
+    times = [predict(compute_tiling([n], Variant("float32", "none"), TilingParams(core_num=c))) for c in (1, 4, 16, 48)]
     assert times == sorted(times, reverse=True) and times[0] > 4 * times[-1]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_tiny_tiles_hurt_through_per_copy_cost(dtype: str) -> None:
     n = 1 << 22
-    times = [predict(compute_tiling([n], dtype, "none", TilingParams(tile_bytes=t))) for t in (512, 2048, 8192)]
+    times = [
+        predict(compute_tiling([n], Variant(dtype, "none"), TilingParams(tile_bytes=t))) for t in (512, 2048, 8192)
+    ]
     assert times[0] > times[1] > times[2]
     assert times[0] > 2 * times[2]
 
@@ -163,8 +168,8 @@ def test_tiny_tiles_hurt_through_per_copy_cost(dtype: str) -> None:
 @given(st.integers(10**4, 10**8), COMBO, st.integers(1, 48))
 def test_single_buffering_loses_the_overlap(n: int, combo: tuple[str, str], cores: int) -> None:
     dtype, reduction = combo
-    one = compute_tiling([n], dtype, reduction, TilingParams(buffer_num=1, tile_bytes=8192, core_num=cores))
-    two = compute_tiling([n], dtype, reduction, TilingParams(buffer_num=2, tile_bytes=8192, core_num=cores))
+    one = compute_tiling([n], Variant(dtype, reduction), TilingParams(buffer_num=1, tile_bytes=8192, core_num=cores))
+    two = compute_tiling([n], Variant(dtype, reduction), TilingParams(buffer_num=2, tile_bytes=8192, core_num=cores))
     assert predict(one) >= predict(two) - 1e-9
     if one.fields.finalSmallTileNum > 4 and predict_detail(two).bottleneck != "hbm":
         assert predict(one) > predict(two)
@@ -172,15 +177,15 @@ def test_single_buffering_loses_the_overlap(n: int, combo: tuple[str, str], core
 
 def test_unaligned_gm_starts_cost_bandwidth() -> None:
     n = 1 << 26
-    aligned = compute_tiling([n], "float32", "none", TilingParams(512, 2, 8192, 48))
-    unaligned = compute_tiling([n], "float32", "none", TilingParams(512, 2, 8192 + 32, 48))
+    aligned = compute_tiling([n], Variant("float32", "none"), TilingParams(512, 2, 8192, 48))
+    unaligned = compute_tiling([n], Variant("float32", "none"), TilingParams(512, 2, 8192 + 32, 48))
     assert predict(unaligned) > 1.2 * predict(aligned)
 
 
 def test_absent_inputs_are_traffic_saved() -> None:
     n = 1 << 26
-    with_w = predict_detail(compute_tiling([n], "float32", "none", weight=True))
-    without = predict_detail(compute_tiling([n], "float32", "none", weight=False))
+    with_w = predict_detail(compute_tiling([n], Variant("float32", "none", weight=True)))
+    without = predict_detail(compute_tiling([n], Variant("float32", "none", weight=False)))
     assert with_w.bytes_moved == 5 * n * 4 and without.bytes_moved == 4 * n * 4
     assert without.predicted_us < 0.85 * with_w.predicted_us
 
@@ -192,15 +197,15 @@ def test_absent_inputs_are_traffic_saved() -> None:
     "n,dtype,reduction,weight", [(1000, "float16", "mean", True), (3 << 20, "float32", "none", False)]
 )
 def test_scoring_the_space_agrees_with_single_predictions(n: int, dtype: str, reduction: str, weight: bool) -> None:
-    kernel = bce_grad_kernel(dtype, reduction, weight)
+    kernel = bce_grad_kernel(Variant(dtype, reduction, weight))
     scored = score_space(kernel, SOC, n)
     rng = np.random.default_rng(3)
     for i in [scored.best_index(), *rng.integers(0, len(scored), 25)]:
-        t = compute_tiling([n], dtype, reduction, scored.params(int(i)), SOC, "exact", weight)
+        t = compute_tiling([n], Variant(dtype, reduction, weight), scored.params(int(i)), SOC)
         assert scored.result.predicted_us[i] == pytest.approx(predict(t), rel=1e-12)
 
 
 def test_generic_kernel_predicts_like_the_bce_kernel_with_the_same_streams() -> None:
-    bce = compute_tiling([1 << 20], "float32", "none", weight=False)  # grad, logits, labels -> z: sub, mul
+    bce = compute_tiling([1 << 20], Variant("float32", "none", weight=False))  # grad, logits, labels -> z: sub, mul
     generic = tile_kernel(elementwise_kernel("float32", 3, 1, ["sub", "mul"]), [1 << 20], None, SOC)
     assert predict(generic) == pytest.approx(predict(bce))

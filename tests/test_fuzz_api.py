@@ -10,7 +10,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from service.app import create_app
 from service.config import Settings
-from tiling_model import load_soc
+from tiling_model import Variant, load_soc
 from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
 
 TABLES = Path(__file__).parent / ".fuzz-tables"
@@ -25,11 +25,7 @@ write_table(
         4,
         (
             TableEntry(
-                "float16",
-                "mean",
-                True,
-                "none",
-                "logit",
+                Variant("float16", "mean"),
                 1 << 20,
                 {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 8192, "core_num": 48},
                 8.0,

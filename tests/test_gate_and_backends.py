@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kernel import cpu
-from tiling_model import TilingParams, compute_tiling
+from tiling_model import TilingParams, Variant, compute_tiling
 from tuner import gate
 from tuner.backends import CpuTwinBackend, MeasurementError, make_backend
 from tuner.gate import FULL_RUN_LIMIT, GateFailure, check_tiling
@@ -39,7 +39,9 @@ def tuner(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_gate_passes_correct_tilings(
     n: int, dtype: str, reduction: str, weight: bool, pos_weight: str, wrt: str
 ) -> None:
-    r = check_tiling("Ascend910B2", n, dtype, reduction, weight, pos_weight, wrt, TilingParams(block_bytes=1024))
+    r = check_tiling(
+        "Ascend910B2", n, Variant(dtype, reduction, weight, pos_weight, wrt), TilingParams(block_bytes=1024)
+    )
     assert r.cores_run >= 1 and r.elements_checked >= min(n, 3 * 2 * gate.WINDOW if n > FULL_RUN_LIMIT else n) - 64
 
 
@@ -71,7 +73,7 @@ def _corrupting(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
 def test_gate_rejects_wrong_output_and_faults(monkeypatch: pytest.MonkeyPatch, how: str, n: int, match: str) -> None:
     _corrupting(monkeypatch, how)
     with pytest.raises(GateFailure, match=match):
-        check_tiling("Ascend910B2", n, "float32", "none", True, "none", "logit", TilingParams())
+        check_tiling("Ascend910B2", n, Variant("float32"), TilingParams())
 
 
 def test_a_gate_failure_writes_no_table_and_says_why(tmp_path: Path) -> None:
@@ -99,13 +101,13 @@ def test_a_gate_failure_writes_no_table_and_says_why(tmp_path: Path) -> None:
 def test_cpu_backend_times_the_twin_and_checks_each_tiling_once() -> None:
     b = make_backend("cpu")
     assert isinstance(b, CpuTwinBackend) and not b.deterministic
-    t = compute_tiling([100_000], "float16", "mean", None, "Ascend910B2", "exact", True)
+    t = compute_tiling([100_000], Variant("float16", "mean"), None, "Ascend910B2")
     samples = [b.sample(t) for _ in range(3)]
     assert all(s > 0 for s in samples)
-    big = compute_tiling([CpuTwinBackend.MAX_ELEMENTS + 1], "float32", "none")
+    big = compute_tiling([CpuTwinBackend.MAX_ELEMENTS + 1], Variant("float32"))
     with pytest.raises(MeasurementError, match="runs up to"):
         b.sample(big)
-    seed = compute_tiling([100], "float32", "none", None, "Ascend910B2", "seed")
+    seed = compute_tiling([100], Variant("float32"), None, "Ascend910B2", "seed")
     with pytest.raises(MeasurementError, match="kernel fault in the CPU twin"):
         b.sample(seed)
     with pytest.raises(ValueError, match="apply to the model backend"):

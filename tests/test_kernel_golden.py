@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from kernel import cpu
 from kernel.reference import integer_reference, mismatches, reference, terms
-from tiling_model import TilingParams, compute_tiling, load_soc
+from tiling_model import TilingParams, Variant, compute_tiling, load_soc
 from tiling_model.dtypes import DTYPE_BYTES
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.space import BLOCK_CHOICES
@@ -96,7 +96,9 @@ def check_case(
 ) -> None:
     rng = np.random.default_rng(seed)
     a = make_inputs(rng, shape, dtype, reduction, weight, pos_weight)
-    tiling = compute_tiling(list(shape), dtype, reduction, params, "Ascend910B2", scheme, weight, pos_weight, wrt)
+    tiling = compute_tiling(
+        list(shape), Variant(dtype, reduction, weight, pos_weight, wrt), params, "Ascend910B2", scheme
+    )
     expected_faults = expected_faults_of(tiling)
     out = np.zeros(shape, dtype=cpu.DTYPES[dtype])
     GOLDEN_CASES["count"] += 1
@@ -107,7 +109,9 @@ def check_case(
         return
     result = cpu.run_tiling(tiling, a, out, flow=flow)
     # the buffer plan the model budgets is the plan the kernel allocates, byte for byte
-    plan = tiling.kernel if scheme == "exact" else bce_grad_kernel(dtype, reduction, weight)  # seed tilings run ours
+    plan = (
+        tiling.kernel if scheme == "exact" else bce_grad_kernel(Variant(dtype, reduction, weight))
+    )  # seed tilings run ours
     assert result.ub_peak == result.ub_peak_min == plan.ub_bytes(tiling.params.tile_bytes, tiling.params.buffer_num)
     # every input element is read exactly once, absent inputs never, z written exactly once
     nbytes = out.nbytes
@@ -137,7 +141,7 @@ def expected_faults_of(tiling) -> set[str]:  # noqa: ANN001
     if tiling.scheme == "exact":
         return set()
     soc = load_soc(tiling.soc)
-    plan = bce_grad_kernel(tiling.dtype, tiling.reduction, tiling.weight)
+    plan = bce_grad_kernel(tiling.variant)
     bn = tiling.params.buffer_num
     faults = set()
     if plan.ub_bytes(tiling.params.tile_bytes, bn) > soc.ub_usable_bytes:
@@ -280,8 +284,8 @@ def cases(draw: st.DrawFn, dtypes: tuple[str, ...]) -> dict:
 
 
 def run_random(case: dict) -> None:
-    t = compute_tiling(list(case["shape"]), case["dtype"], case["reduction"], case["params"], "Ascend910B2",
-                       case["scheme"], case["weight"], case["pos_weight"], case["wrt"])  # fmt: skip
+    variant = Variant(case["dtype"], case["reduction"], case["weight"], case["pos_weight"], case["wrt"])
+    t = compute_tiling(list(case["shape"]), variant, case["params"], "Ascend910B2", case["scheme"])
     if case["scheme"] == "exact":
         assume(validate(t) == [])  # invalid knob sets are the tiling model's to reject, not the kernel's
     check_case(**case)

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tiling_model import TilingParams, compute_tiling, load_soc, predict, validate
+from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict, validate
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.space import score_space
 from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
@@ -46,7 +46,7 @@ def make_table(entries: list[TableEntry], profile_hash: str | None = None) -> Tu
 
 
 def entry(dtype: str, reduction: str, size: int, params: dict) -> TableEntry:
-    return TableEntry(dtype, reduction, True, "none", "logit", size, params, 8.0, 9.0, 10)
+    return TableEntry(Variant(dtype, reduction), size, params, 8.0, 9.0, 10)
 
 
 class Server:
@@ -129,7 +129,7 @@ def test_exact_entry_is_served_with_its_exact_bytes(server: Server) -> None:
     doc = r.json()
     assert doc["source"] == "exact" and doc["params"] == GOOD
     assert doc["given"] == [] and doc["tuned"] == ["block_bytes", "buffer_num", "tile_bytes", "core_num"]
-    t = compute_tiling([1 << 20], "float16", "mean", TilingParams(**GOOD))
+    t = compute_tiling([1 << 20], Variant("float16", "mean"), TilingParams(**GOOD))
     assert doc["tiling"] == t.field_dict() and list(doc["tiling"]) == list(t.field_dict())
     assert base64.b64decode(doc["tiling_b64"]) == t.to_bytes()
     assert (doc["block_dim"], doc["tiling_key"]) == (t.block_dim, t.tiling_key)
@@ -145,9 +145,9 @@ def test_sizes_in_the_bucket_refit_the_entry(server: Server) -> None:
     p = doc["params"]
     assert (p["block_bytes"], p["buffer_num"]) == (GOOD["block_bytes"], GOOD["buffer_num"])
     soc = load_soc("Ascend910B2")
-    got = predict(compute_tiling([999999], "float16", "mean", TilingParams(**p)), soc)
-    as_is = predict(compute_tiling([999999], "float16", "mean", TilingParams(**GOOD)), soc)
-    scored = score_space(bce_grad_kernel("float16", "mean"), soc, 999999, blocks_only=(GOOD["block_bytes"],),
+    got = predict(compute_tiling([999999], Variant("float16", "mean"), TilingParams(**p)), soc)
+    as_is = predict(compute_tiling([999999], Variant("float16", "mean"), TilingParams(**GOOD)), soc)
+    scored = score_space(bce_grad_kernel(Variant("float16", "mean")), soc, 999999, blocks_only=(GOOD["block_bytes"],),
                          buffers_only=(GOOD["buffer_num"],))  # fmt: skip
     assert got <= as_is and got == pytest.approx(float(scored.result.predicted_us.min()), rel=1e-9)
 
@@ -155,14 +155,14 @@ def test_sizes_in_the_bucket_refit_the_entry(server: Server) -> None:
 def test_untuned_soc_falls_back_to_the_model(server: Server) -> None:
     doc = post(server, {"shape": [4096], "dtype": "bfloat16", "reduction": "sum", "soc": "Ascend910B4"}).json()
     assert doc["source"] == "model" and doc["soc"] == "Ascend910B4"
-    t = compute_tiling([4096], "bfloat16", "sum", TilingParams(**doc["params"]), "Ascend910B4")
+    t = compute_tiling([4096], Variant("bfloat16", "sum"), TilingParams(**doc["params"]), "Ascend910B4")
     assert validate(t) == [] and base64.b64decode(doc["tiling_b64"]) == t.to_bytes()
 
 
 def test_broken_table_entry_is_never_served(server: Server) -> None:
     doc = post(server, {"shape": [1 << 20], "dtype": "float32", "reduction": "none"}).json()
     assert doc["source"] == "model" and doc["params"] != BROKEN
-    assert validate(compute_tiling([1 << 20], "float32", "none", TilingParams(**doc["params"]))) == []
+    assert validate(compute_tiling([1 << 20], Variant("float32", "none"), TilingParams(**doc["params"]))) == []
 
 
 @pytest.mark.parametrize(
@@ -172,17 +172,10 @@ def test_broken_table_entry_is_never_served(server: Server) -> None:
 def test_operator_variants_get_valid_tilings(server: Server, variant: dict) -> None:
     body = {"shape": [64, 1000], "dtype": "float16", "reduction": "mean", **variant}
     doc = post(server, body).json()
-    t = compute_tiling(
-        [64, 1000],
-        "float16",
-        "mean",
-        TilingParams(**doc["params"]),
-        "Ascend910B2",
-        "exact",
-        variant.get("weight", True),
-        variant.get("pos_weight", "none"),
-        variant.get("wrt", "logit"),
+    v = Variant(
+        "float16", "mean", variant.get("weight", True), variant.get("pos_weight", "none"), variant.get("wrt", "logit")
     )
+    t = compute_tiling([64, 1000], v, TilingParams(**doc["params"]), "Ascend910B2")
     assert validate(t) == [] and base64.b64decode(doc["tiling_b64"]) == t.to_bytes()
     if variant.get("pos_weight") == "last_dim":
         assert doc["tiling"]["posWeightClasses"] == 1000
@@ -199,7 +192,7 @@ def test_given_knobs_are_kept_and_the_rest_completed(server: Server) -> None:
     doc = post(
         server, {"shape": [1 << 24], "dtype": "float32", "params": {"buffer_num": 2, "block_bytes": 4096}}
     ).json()
-    t = compute_tiling([1 << 24], "float32", "none", TilingParams(**doc["params"]))
+    t = compute_tiling([1 << 24], Variant("float32", "none"), TilingParams(**doc["params"]))
     assert validate(t) == [] and doc["params"]["block_bytes"] == 4096
 
 
@@ -363,7 +356,7 @@ def test_shipped_tables_are_fresh_valid_and_answer_the_readme_request() -> None:
     for soc, lt in snap.tables.items():
         assert lt.stale_reasons() == [], soc
         assert lt.invalid == (), soc
-    doc = snap.resolver.resolve(Query("Ascend910B2", (1024, 1024), "float16", "mean", True, "none", "logit", ()))
+    doc = snap.resolver.resolve(Query("Ascend910B2", (1024, 1024), Variant("float16", "mean"), ()))
     assert doc["source"] == "exact"
 
 
@@ -373,6 +366,6 @@ def test_a_tuned_tile_too_big_for_the_given_buffers_is_shrunk_to_fit(server: Ser
     r = post(server, body)
     assert r.status_code == 200, r.text
     doc = r.json()
-    t = compute_tiling([1 << 22], "float32", "mean", TilingParams(**doc["params"]), weight=False)
+    t = compute_tiling([1 << 22], Variant("float32", "mean", weight=False), TilingParams(**doc["params"]))
     assert validate(t) == [] and doc["given"] == ["buffer_num"] and doc["params"]["buffer_num"] == 4
     assert tuned["buffer_num"] != 4 and doc["params"]["tile_bytes"] < tuned["tile_bytes"]

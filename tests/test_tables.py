@@ -9,15 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tiling_model import Variant
 from tiling_model.tables import TableEntry, TableError, TuningTable, load_table, table_from_json, write_table
 
 PARAMS = {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 8192, "core_num": 48}
 
 
 def entry(size: int, dtype: str = "float32", reduction: str = "none", weight: bool = True) -> TableEntry:
-    return TableEntry(
-        dtype, reduction, weight, "none", "logit", size, dict(PARAMS, core_num=min(48, size)), 1.0, 2.0, 5
-    )
+    return TableEntry(Variant(dtype, reduction, weight), size, dict(PARAMS, core_num=min(48, size)), 1.0, 2.0, 5)
 
 
 def table(*entries: TableEntry) -> TuningTable:
@@ -26,24 +25,24 @@ def table(*entries: TableEntry) -> TuningTable:
 
 def test_lookup_uses_geometric_bucket_bounds() -> None:
     t = table(entry(16), entry(1024), entry(65536))
-    assert t.lookup("float32", "none", True, 0) is None
-    assert t.lookup("float32", "none", True, 1).size == 16
-    assert t.lookup("float32", "none", True, 128).size == 16  # sqrt(16*1024) = 128: upper bound exclusive
-    assert t.lookup("float32", "none", True, 129).size == 1024
-    assert t.lookup("float32", "none", True, 8192).size == 1024
-    assert t.lookup("float32", "none", True, 8193).size == 65536
-    assert t.lookup("float32", "none", True, 10**12).size == 65536
-    assert t.lookup("float16", "none", True, 100) is None
-    assert t.lookup("float32", "none", False, 100) is None
-    assert t.lookup("float32", "none", True, 100, pos_weight="full") is None
-    assert t.lookup("float32", "none", True, 100, wrt="probability") is None
+    assert t.lookup(Variant("float32", "none", True), 0) is None
+    assert t.lookup(Variant("float32", "none", True), 1).size == 16
+    assert t.lookup(Variant("float32", "none", True), 128).size == 16  # sqrt(16*1024) = 128: upper bound exclusive
+    assert t.lookup(Variant("float32", "none", True), 129).size == 1024
+    assert t.lookup(Variant("float32", "none", True), 8192).size == 1024
+    assert t.lookup(Variant("float32", "none", True), 8193).size == 65536
+    assert t.lookup(Variant("float32", "none", True), 10**12).size == 65536
+    assert t.lookup(Variant("float16", "none", True), 100) is None
+    assert t.lookup(Variant("float32", "none", False), 100) is None
+    assert t.lookup(Variant("float32", "none", True, "full"), 100) is None
+    assert t.lookup(Variant("float32", "none", True, "none", "probability"), 100) is None
 
 
 @given(st.lists(st.integers(1, 10**9), min_size=1, max_size=12, unique=True), st.integers(1, 10**10))
 def test_lookup_returns_the_log_nearest_size(sizes: list[int], n: int) -> None:
     import math
 
-    got = table(*(entry(s) for s in sizes)).lookup("float32", "none", True, n)
+    got = table(*(entry(s) for s in sizes)).lookup(Variant("float32", "none", True), n)
     best = min(abs(math.log(n) - math.log(s)) for s in sizes)
     assert abs(math.log(n) - math.log(got.size)) <= best + 1e-9
 
@@ -61,7 +60,7 @@ def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
     [
         (lambda d: d.update(schema_version=99), "schema_version 99 is not 3"),
         (lambda d: d.pop("kernel_hash"), "kernel_hash missing"),
-        (lambda d: d["entries"][0].update(pos_weight="row"), "pos_weight 'row' is not one of"),
+        (lambda d: d["entries"][0].update(pos_weight="row"), "entries[0]: unknown pos_weight form 'row'"),
         (lambda d: d.pop("backend"), "backend missing"),
         (lambda d: d["entries"][0].update(dtype="float64"), "entries[0]: unknown dtype 'float64'"),
         (lambda d: d["entries"][0]["params"].pop("core_num"), "entries[0]: params must have exactly"),

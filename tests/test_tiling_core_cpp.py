@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from conftest import compile_cpp_driver
 
-from tiling_model import TilingError, TilingParams, UnsupportedError, compute_tiling, known_socs, load_soc
+from tiling_model import BadRequest, TilingParams, Variant, compute_tiling, known_socs, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
-from tiling_model.kernels import POS_WEIGHT_FORMS, WRT_FORMS
+from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = list(DTYPE_ID)
@@ -52,18 +52,9 @@ def random_cases(count: int, seed: int) -> list[dict]:
 
 def python_line(c: dict) -> str:
     try:
-        t = compute_tiling(
-            c["shape"],
-            c["dtype"],
-            c["reduction"],
-            c["params"],
-            c["soc"],
-            c["scheme"],
-            c["weight"],
-            c["pos_weight"],
-            c["wrt"],
-        )
-    except (TilingError, UnsupportedError):
+        variant = Variant(c["dtype"], c["reduction"], c["weight"], c["pos_weight"], c["wrt"])
+        t = compute_tiling(c["shape"], variant, c["params"], c["soc"], c["scheme"])
+    except BadRequest:
         return "err"
     vals = [*t.fields.__dict__.values(), t.block_dim, t.tiling_key, *t.params.as_dict().values(), t.workspace_bytes]
     return "ok " + " ".join(str(v) for v in vals)

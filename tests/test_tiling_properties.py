@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from tiling_model import (
     TilingParams,
+    Variant,
     compute_tiling,
     core_plan,
     known_socs,
@@ -28,7 +29,7 @@ def valid_case(draw: st.DrawFn) -> tuple:
     dtype, reduction = draw(COMBO)
     weight = draw(st.booleans())
     soc = load_soc(draw(SOC))
-    kernel = bce_grad_kernel(dtype, reduction, weight)
+    kernel = bce_grad_kernel(Variant(dtype, reduction, weight))
     bn = draw(st.sampled_from(kernel.allowed_buffer_nums()))
     top = kernel.max_tile_bytes(soc.ub_usable_bytes, bn)
     tile = draw(st.integers(min_value=1, max_value=top // 32)) * 32
@@ -40,14 +41,14 @@ def valid_case(draw: st.DrawFn) -> tuple:
 @given(valid_case())
 def test_exact_scheme_validates_clean(case: tuple) -> None:
     n, dtype, reduction, weight, soc, params = case
-    t = compute_tiling([n], dtype, reduction, params, soc, "exact", weight)
+    t = compute_tiling([n], Variant(dtype, reduction, weight), params, soc)
     assert validate(t, soc) == []
 
 
 @given(valid_case())
 def test_exact_scheme_partitions_every_element_once(case: tuple) -> None:
     n, dtype, reduction, weight, soc, params = case
-    t = compute_tiling([n], dtype, reduction, params, soc, "exact", weight)
+    t = compute_tiling([n], Variant(dtype, reduction, weight), params, soc)
     plans = core_plan(t)
     assert 1 <= t.block_dim <= params.core_num
     assert plans[0].start == 0
@@ -66,7 +67,7 @@ def test_exact_scheme_partitions_every_element_once(case: tuple) -> None:
 @given(st.integers(min_value=1, max_value=10**10), COMBO)
 def test_seed_out_of_bounds_is_the_rounding_to_512_bytes(n: int, combo: tuple[str, str]) -> None:
     dtype, reduction = combo
-    t = compute_tiling([n], dtype, reduction, scheme="seed")
+    t = compute_tiling([n], Variant(dtype, reduction), scheme="seed")
     elem = DTYPE_BYTES[dtype]
     rounded = -(-n * elem // 512) * 512 // elem
     oob = [v for v in validate(t) if v.kind == "out_of_bounds" and "each tensor" in v.message]
@@ -79,7 +80,7 @@ def test_seed_out_of_bounds_is_the_rounding_to_512_bytes(n: int, combo: tuple[st
 @given(st.lists(st.integers(min_value=0, max_value=64), min_size=0, max_size=8), COMBO)
 def test_any_shape_gives_a_valid_tiling_including_empty(shape: list[int], combo: tuple[str, str]) -> None:
     dtype, reduction = combo
-    t = compute_tiling(shape, dtype, reduction)
+    t = compute_tiling(shape, Variant(dtype, reduction))
     assert validate(t) == []
     assert len(t.to_bytes()) == 8 * 16
     if 0 in shape:

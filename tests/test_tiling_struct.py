@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import kernel
-from tiling_model import TilingFields, TilingParams, compute_tiling
+from tiling_model import TilingFields, TilingParams, Variant, compute_tiling
 
 HEADER_DIR = Path(kernel.__file__).parent / "op_kernel"
 
@@ -58,7 +58,7 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ],
 )
 def test_cpp_reads_the_bytes_python_writes(reader: Path, shape, dtype, reduction, params, scheme) -> None:
-    t = compute_tiling(shape, dtype, reduction, params, scheme=scheme)
+    t = compute_tiling(shape, Variant(dtype, reduction), params, scheme=scheme)
     out = subprocess.run([str(reader)], input=t.to_bytes(), capture_output=True, check=True).stdout.decode()
     rows = [line.split() for line in out.splitlines()]
     assert rows[0] == ["sizeof", str(len(t.to_bytes())), "0"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from dataclasses import astuple
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +11,10 @@ import pytest
 from conftest import compile_cpp_driver
 
 from service.config import SHIPPED_TABLES
-from tiling_model import TilingParams, compute_tiling, load_soc
+from tiling_model import TilingParams, Variant, compute_tiling, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
-from tiling_model.kernels import POS_WEIGHT_FORMS, WRT_FORMS
 from tiling_model.tables import load_table
+from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
 from tuner.export_header import HEADER_PATH, render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +34,9 @@ def test_cpp_lookup_and_tiling_equal_python_for_every_entry_and_random_sizes(dri
     rng = np.random.default_rng(11)
     queries = []
     for table in TABLES:
-        keys = {e.key for e in table.entries}
+        keys = {astuple(e.variant) for e in table.entries}
         for e in table.entries:
-            queries.append((table, e.key, e.size))
+            queries.append((table, astuple(e.variant), e.size))
         for key in keys:
             for n in rng.integers(1, 4 * 10**9, 25):
                 queries.append((table, key, int(n)))
@@ -55,9 +56,9 @@ def test_cpp_lookup_and_tiling_equal_python_for_every_entry_and_random_sizes(dri
     assert len(out) == len(queries)
     hits = 0
     for (table, (dtype, red, weight, pw, wrt), n), got in zip(queries, out, strict=True):
-        e = table.lookup(dtype, red, weight, n, pw, wrt)
+        e = table.lookup(Variant(dtype, red, weight, pw, wrt), n)
         params = TilingParams(**e.params) if e else TilingParams()
-        t = compute_tiling([n], dtype, red, params, table.soc, "exact", weight, pw, wrt)
+        t = compute_tiling([n], Variant(dtype, red, weight, pw, wrt), params, table.soc)
         head = (f"hit {e.size} " + " ".join(str(v) for v in e.params.values())) if e else "miss"
         want = head + " " + " ".join(str(v) for v in [*t.fields.__dict__.values(), t.block_dim])
         assert got == want, (table.soc, dtype, red, weight, pw, wrt, n)

@@ -11,12 +11,13 @@ import optuna
 import pytest
 
 from service.config import SHIPPED_TABLES
-from tiling_model import TilingParams, compute_tiling, load_soc, predict, validate
+from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict, validate
 from tiling_model.tables import load_table
 from tuner.backends import ModelBackend
-from tuner.space import SearchSpace
+from tuner.key import StudyKey
+from tuner.search_space import SearchSpace
 from tuner.storage import open_storage
-from tuner.study import StudyKey, tune
+from tuner.study import tune
 from tuner.sweep import run_sweep, sweep_keys
 
 
@@ -40,33 +41,33 @@ def storage(tmp_path: Path) -> optuna.storages.RDBStorage:
 def test_space_only_proposes_valid_configurations() -> None:
     soc = load_soc("Ascend910B2")
     for dtype, reduction, weight in [("float32", "none", True), ("float16", "mean", False), ("int16", "none", True)]:
-        space = SearchSpace(soc, dtype, reduction, weight)
+        space = SearchSpace(soc, Variant(dtype, reduction, weight))
         study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
         for _ in range(200):
             trial = study.ask()
-            t = compute_tiling([123457], dtype, reduction, space.suggest(trial), soc, "exact", weight)
+            t = compute_tiling([123457], space.variant, space.suggest(trial), soc)
             assert validate(t, soc) == []
             study.tell(trial, 1.0)
 
 
 def test_tune_never_measures_invalid_or_duplicate_configs_and_beats_the_default(storage) -> None:
     backend = CountingBackend()
-    key = StudyKey("Ascend910B2", "float16", "mean", True, 1 << 16)
+    key = StudyKey("Ascend910B2", Variant("float16", "mean", True), 1 << 16)
     e = tune(key, backend, storage, trials=25)
     measured = backend.seen[:-1]  # the last one is the seed-default comparison
     assert all(validate(t) == [] for t in measured)
     keys = [tuple(t.params.as_dict().values()) for t in measured]
     assert len(keys) == len(set(keys))
-    default = compute_tiling([1 << 16], "float16", "mean")
+    default = compute_tiling([1 << 16], Variant("float16", "mean"))
     assert e.tuned_us <= predict(default) + 1e-9
     assert e.seed_default_us == pytest.approx(
-        predict(compute_tiling([1 << 16], "float16", "mean", scheme="seed")), abs=1e-4
+        predict(compute_tiling([1 << 16], Variant("float16", "mean"), scheme="seed")), abs=1e-4
     )
     assert e.trials == 25
 
 
 def test_rerun_resumes_instead_of_repeating(storage) -> None:
-    key = StudyKey("Ascend910B2", "float32", "none", False, 5000)
+    key = StudyKey("Ascend910B2", Variant("float32", "none", False), 5000)
     first = tune(key, ModelBackend(), storage, trials=8)
     backend = CountingBackend()
     again = tune(key, backend, storage, trials=8)
@@ -78,14 +79,18 @@ def test_rerun_resumes_instead_of_repeating(storage) -> None:
 
 def test_sweep_skips_unsupported_pairs_and_writes_a_loadable_table(storage, tmp_path: Path) -> None:
     keys = sweep_keys("Ascend310B1", ["int32", "float32"], ["none", "sum"], [True], [100, 10000])
-    assert {(k.dtype, k.reduction) for k in keys} == {("int32", "none"), ("float32", "none"), ("float32", "sum")}
+    assert {(k.variant.dtype, k.variant.reduction) for k in keys} == {
+        ("int32", "none"),
+        ("float32", "none"),
+        ("float32", "sum"),
+    }
     out = tmp_path / "Ascend310B1.json"
     run_sweep(keys, ModelBackend(), storage, 6, out, progress=False)
     table = load_table(out)
     assert table.soc == "Ascend310B1" and len(table.entries) == 6
     assert table.soc_profile_hash == load_soc("Ascend310B1").profile_hash
     for e in table.entries:
-        t = compute_tiling([e.size], e.dtype, e.reduction, e.tiling_params(), "Ascend310B1", "exact", e.weight)
+        t = compute_tiling([e.size], e.variant, e.tiling_params(), "Ascend310B1")
         assert validate(t) == []
 
 
@@ -171,11 +176,11 @@ def test_protocol_rejects_outliers_and_reports_median_and_iqr() -> None:
 def test_noisy_backend_gets_the_protocol_and_still_finds_a_near_best_tiling(storage) -> None:
     from tiling_model.kernels import bce_grad_kernel
     from tiling_model.space import score_space
-    from tuner.protocol import Protocol
+    from tuner.protocol import MeasurementProtocol as Protocol
 
     backend = CountingBackend(noise=0.05, outlier_rate=0.05, seed=3)
     protocol = Protocol(warmup=1, repeats=5, confirm_top=3, confirm_rounds=2)
-    key = StudyKey("Ascend910B2", "float32", "mean", True, 1 << 18)
+    key = StudyKey("Ascend910B2", Variant("float32", "mean", True), 1 << 18)
     e = tune(key, backend, storage, trials=16, protocol=protocol)
     study = optuna.load_study(study_name=key.study_name("model"), storage=storage)
     measured = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
@@ -185,9 +190,9 @@ def test_noisy_backend_gets_the_protocol_and_still_finds_a_near_best_tiling(stor
     assert e.spread_us > 0
     # judged noise-free: the pick is within 3% of the model's best over the whole space
     soc = load_soc("Ascend910B2")
-    best = score_space(bce_grad_kernel("float32", "mean"), soc, 1 << 18)
+    best = score_space(bce_grad_kernel(Variant("float32", "mean")), soc, 1 << 18)
     optimum = float(best.result.predicted_us[best.best_index()])
-    picked = predict(compute_tiling([1 << 18], "float32", "mean", TilingParams(**e.params)))
+    picked = predict(compute_tiling([1 << 18], Variant("float32", "mean"), TilingParams(**e.params)))
     assert picked <= 1.03 * optimum
     # warm-up and repetitions: 16 trials, each 1 + 5 samples unless a duplicate, plus the confirmation
     assert len(backend.seen) >= len(measured) * 6 + 3 * (1 + 2 * 5)
@@ -205,14 +210,14 @@ def test_statistical_ties_go_to_the_robust_choice() -> None:
 def test_bad_noise_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="noise must be"):
         ModelBackend(noise=-1)
-    from tuner.protocol import Protocol
+    from tuner.protocol import MeasurementProtocol as Protocol
 
     with pytest.raises(ValueError, match="repeats >= 3"):
         Protocol(repeats=1)
 
 
 def test_patience_stops_a_study_that_stopped_improving(storage) -> None:
-    key = StudyKey("Ascend910B2", "float32", "none", True, 1 << 20)
+    key = StudyKey("Ascend910B2", Variant("float32", "none", True), 1 << 20)
     e = tune(key, ModelBackend(), storage, trials=60, patience=5)
     assert e.trials < 20  # the seeded optimum comes first; five trials without improvement end it
 
@@ -222,7 +227,7 @@ def test_records_are_written_for_every_measurement_and_read_by_calibrate(storage
     from tuner.records import RecordLog
 
     path = tmp_path / "runs.jsonl"
-    key = StudyKey("Ascend910B2", "float16", "mean", False, 77777)
+    key = StudyKey("Ascend910B2", Variant("float16", "mean", False), 77777)
     tune(key, ModelBackend(noise=0.02, seed=1), storage, trials=8, records=RecordLog(path))
     study = optuna.load_study(study_name=key.study_name("model"), storage=storage)
     measured = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
@@ -242,7 +247,7 @@ def test_a_failing_measurement_fails_its_trial_and_the_sweep_goes_on(storage) ->
                 raise MeasurementError("kernel timed out after 5 s")
             return super().sample(tiling)
 
-    key = StudyKey("Ascend910B2", "float32", "sum", True, 123457)
+    key = StudyKey("Ascend910B2", Variant("float32", "sum", True), 123457)
     e = tune(key, Flaky(), storage, trials=10)
     study = optuna.load_study(study_name=key.study_name("model"), storage=storage)
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]

@@ -4,12 +4,22 @@ Imports nothing else of bcetune; the kernel, tuner and service build on it.
 """
 
 from tiling_model.cost import Prediction, predict, predict_detail
-from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError, check_combination, valid_combinations
+from tiling_model.dtypes import DTYPES, REDUCTIONS, Dtype, Reduction, UnsupportedError, valid_combinations
+from tiling_model.errors import (
+    BadRequest,
+    BcetuneError,
+    BuildError,
+    InvalidTiling,
+    KernelFault,
+    MeasurementError,
+    TableError,
+)
 from tiling_model.plan import CorePlan, core_plan
 from tiling_model.soc import SocProfile, UnknownSocError, known_socs, load_soc
 from tiling_model.tiling import (
     SCHEMES,
     ResolvedParams,
+    Scheme,
     TilingData,
     TilingError,
     TilingFields,
@@ -19,26 +29,42 @@ from tiling_model.tiling import (
     params_from_dict,
 )
 from tiling_model.validate import Violation, validate
+from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS, PosWeightForm, Variant, Wrt, every_variant
 
 __all__ = [
     "DTYPES",
+    "POS_WEIGHT_FORMS",
     "REDUCTIONS",
     "SCHEMES",
+    "WRT_FORMS",
+    "BadRequest",
+    "BcetuneError",
+    "BuildError",
     "CorePlan",
+    "Dtype",
+    "InvalidTiling",
+    "KernelFault",
+    "MeasurementError",
+    "PosWeightForm",
     "Prediction",
+    "Reduction",
     "ResolvedParams",
+    "Scheme",
     "SocProfile",
+    "TableError",
     "TilingData",
     "TilingError",
     "TilingFields",
     "TilingParams",
     "UnknownSocError",
     "UnsupportedError",
+    "Variant",
     "Violation",
-    "check_combination",
+    "Wrt",
     "compute_tiling",
     "core_plan",
     "element_count",
+    "every_variant",
     "known_socs",
     "load_soc",
     "params_from_dict",

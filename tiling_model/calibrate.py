@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from tiling_model.errors import BadRequest
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel, elementwise_kernel
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams, element_count, params_from_dict, tile_kernel
+from tiling_model.variant import Variant
 
 FREE_PARAMS = ("launch_us", "core_start_us", "hbm_gbps", "l2_gbps")
 BOUNDS = {
@@ -37,12 +39,12 @@ BOUNDS = {
 NAMED_KERNELS = {"sigmoid": (1, 1, ("muls", "exp", "adds", "rec"))}
 
 
-class CalibrationError(ValueError):
+class CalibrationError(BadRequest):
     """Unusable calibration input; the message names the file, the line and the problem."""
 
 
 @dataclass(frozen=True)
-class Measurement:
+class CalibrationCase:
     source: str  # file:line
     kernel: ElementwiseKernel
     shape: tuple[int, ...]
@@ -58,7 +60,7 @@ def named_kernel(name: str, dtype: str) -> ElementwiseKernel:
     return elementwise_kernel(dtype, inputs, outputs, ops, name=name)
 
 
-def read_csv(path: Path, kernel_name: str, warm_l2: bool = True) -> list[Measurement]:
+def read_csv(path: Path, kernel_name: str, warm_l2: bool = True) -> list[CalibrationCase]:
     """Calibration-set CSV: shape as ``AxBxC``, dtype, and ``measured_device_us``."""
     out = []
     try:
@@ -75,22 +77,21 @@ def read_csv(path: Path, kernel_name: str, warm_l2: bool = True) -> list[Measure
             raise CalibrationError(f"{where}: {e}") from None
         if us <= 0:
             raise CalibrationError(f"{where}: measured time must be positive")
-        out.append(Measurement(where, kernel, shape, TilingParams(), us, warm_l2))
+        out.append(CalibrationCase(where, kernel, shape, TilingParams(), us, warm_l2))
     return out
 
 
 def _record_kernel(spec: dict[str, Any]) -> ElementwiseKernel:
     kind = spec.get("kind")
     if kind == "bce_grad":
-        return bce_grad_kernel(
+        variant = Variant(
             spec["dtype"],
             spec.get("reduction", "none"),
             spec.get("weight", True),
             spec.get("pos_weight", "none"),
             spec.get("wrt", "logit"),
-            "exact",
-            spec.get("classes", 1),
         )
+        return bce_grad_kernel(variant, "exact", spec.get("classes", 1))
     if kind == "elementwise":
         return elementwise_kernel(spec["dtype"], spec["inputs"], spec["outputs"], spec["ops"], spec.get("scalars", 0))
     if kind in NAMED_KERNELS:
@@ -98,7 +99,7 @@ def _record_kernel(spec: dict[str, Any]) -> ElementwiseKernel:
     raise ValueError(f"kernel.kind must be bce_grad, elementwise or one of {', '.join(NAMED_KERNELS)}")
 
 
-def read_jsonl(path: Path) -> list[Measurement]:
+def read_jsonl(path: Path) -> list[CalibrationCase]:
     """Measurement records, one JSON object per line (blank lines skipped)."""
     out = []
     try:
@@ -123,11 +124,11 @@ def read_jsonl(path: Path) -> list[Measurement]:
             raise CalibrationError(f"{where}: {type(e).__name__}: {e}") from None
         if us <= 0:
             raise CalibrationError(f"{where}: measured_us must be positive")
-        out.append(Measurement(where, kernel, shape, params, us, warm))
+        out.append(CalibrationCase(where, kernel, shape, params, us, warm))
     return out
 
 
-def predict_measurement(m: Measurement, soc: SocProfile) -> float:
+def predict_measurement(m: CalibrationCase, soc: SocProfile) -> float:
     from tiling_model.cost import predict  # local: cost imports tiling, which is fine either way
 
     t = tile_kernel(m.kernel, m.shape, m.params, soc)
@@ -156,13 +157,13 @@ class CalibrationResult:
         }
 
 
-def _errors(soc: SocProfile, data: list[Measurement]) -> np.ndarray:
+def _errors(soc: SocProfile, data: list[CalibrationCase]) -> np.ndarray:
     pred = np.array([predict_measurement(m, soc) for m in data])
     meas = np.array([m.measured_us for m in data])
     return pred / meas - 1.0
 
 
-def calibrate(soc: SocProfile, data: list[Measurement], free: tuple[str, ...] = FREE_PARAMS) -> CalibrationResult:
+def calibrate(soc: SocProfile, data: list[CalibrationCase], free: tuple[str, ...] = FREE_PARAMS) -> CalibrationResult:
     """Least-squares fit of ``free`` profile fields to ``data``; returns the refitted profile."""
     if not data:
         raise CalibrationError("no measurements to calibrate against")

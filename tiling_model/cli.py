@@ -9,12 +9,14 @@ from collections.abc import Sequence
 
 from tiling_model.cliutil import Parser, knob_flags, parse_shape, variant_flags
 from tiling_model.cost import predict_detail
-from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
+from tiling_model.dtypes import DTYPES, REDUCTIONS
+from tiling_model.errors import BadRequest
 from tiling_model.model_cli import add_model_commands, run_model_command
 from tiling_model.plan import core_plan
-from tiling_model.soc import UnknownSocError, known_socs
-from tiling_model.tiling import SCHEMES, TilingData, TilingError, TilingParams, compute_tiling
+from tiling_model.soc import known_socs
+from tiling_model.tiling import SCHEMES, TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
+from tiling_model.variant import Variant
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,18 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_model_command(args)
     params = TilingParams(args.block_bytes, args.buffer_num, args.tile_bytes, args.core_num)
     try:
-        t = compute_tiling(
-            args.shape,
-            args.dtype,
-            args.reduction,
-            params,
-            args.soc,
-            args.scheme,
-            args.weight,
-            args.pos_weight,
-            args.wrt,
-        )
-    except (TilingError, UnsupportedError, UnknownSocError) as e:
+        variant = Variant(args.dtype, args.reduction, args.weight, args.pos_weight, args.wrt)
+        t = compute_tiling(args.shape, variant, params, args.soc, args.scheme)
+    except BadRequest as e:
         print(f"python -m tiling_model: error: {e}", file=sys.stderr)
         return 2
     rep = tiling_report(t, args.l2 == "warm")

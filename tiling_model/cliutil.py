@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tiling_model.kernels import POS_WEIGHT_FORMS, WRT_FORMS
+from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
 
 
 class Parser(argparse.ArgumentParser):

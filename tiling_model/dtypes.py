@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from typing import Literal
 
+from tiling_model.errors import BadRequest
+
 Dtype = Literal["float32", "float16", "bfloat16", "int32", "int16"]
 Reduction = Literal["none", "sum", "mean"]
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int16": 2}
 DTYPE_ID: dict[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2, "int32": 3, "int16": 4}
 REDUCTION_ID: dict[str, int] = {"none": 0, "sum": 1, "mean": 2}
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-INT_DTYPES = ("int32", "int16")
-DTYPES = FLOAT_DTYPES + INT_DTYPES
-REDUCTIONS = ("none", "sum", "mean")
+FLOAT_DTYPES: tuple[Dtype, ...] = ("float32", "float16", "bfloat16")
+INT_DTYPES: tuple[Dtype, ...] = ("int32", "int16")
+DTYPES: tuple[Dtype, ...] = FLOAT_DTYPES + INT_DTYPES
+REDUCTIONS: tuple[Reduction, ...] = ("none", "sum", "mean")
 
 
-class UnsupportedError(ValueError):
+class UnsupportedError(BadRequest):
     """A dtype, reduction or their combination that the kernel does not implement."""
 
 
@@ -32,6 +34,6 @@ def check_combination(dtype: str, reduction: str) -> None:
         )
 
 
-def valid_combinations() -> list[tuple[str, str]]:
+def valid_combinations() -> list[tuple[Dtype, Reduction]]:
     """Every (dtype, reduction) pair the kernel supports."""
     return [(d, r) for d in DTYPES for r in REDUCTIONS if d in FLOAT_DTYPES or r == "none"]

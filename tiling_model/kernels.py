@@ -12,18 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES
+from tiling_model.errors import BadRequest
+from tiling_model.variant import Variant
 
 #: AscendC: at most 8 queue buffers carrying sync events per TPosition on A2/310B
 #: (ascendc-api.md s2.5, "max buffer number in same queue position").
 MAX_BUFFERS_PER_POSITION = 8
 #: The seed's sum/mean kernel keeps the scalar grad in a 16-element queue.
 SEED_SCALAR_QUEUE_ELEMS = 16
-POS_WEIGHT_FORMS = ("none", "full", "last_dim")
 #: Staging buffer (elements) through which a core writes its periodic pos_weight row.
 LAST_DIM_STAGE_ELEMS = 768
 #: Row copies shorter than this are replicated in UB first, so small C costs few DMAs.
 LAST_DIM_SUPER_ELEMS = 256
-WRT_FORMS = ("logit", "probability")
 
 #: Cycles per 256-B repeat on one 910B1 AIV, fp32 unless the key says otherwise (MSKPP,
 #: data/mskpp_vector_instr_910b1.csv): binary ops 2, tensor-scalar and unary ops 1, exp/ln/sqrt
@@ -122,12 +122,12 @@ def elementwise_kernel(
     each output cast down, and two fp32 temporaries are kept per tile element.
     """
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}")
+        raise BadRequest(f"unknown dtype {dtype!r}")
     if inputs < 1 or outputs < 1 or scalars < 0:
-        raise ValueError("an elementwise kernel needs at least one input and one output")
+        raise BadRequest("an elementwise kernel needs at least one input and one output")
     unknown = [op for op in ops if op not in CYCLES_PER_REPEAT]
     if unknown:
-        raise ValueError(f"unknown vector op(s) {', '.join(unknown)}; known: {', '.join(VECTOR_OPS)}")
+        raise BadRequest(f"unknown vector op(s) {', '.join(unknown)}; known: {', '.join(VECTOR_OPS)}")
     elem = DTYPE_BYTES[dtype]
     widen = dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem
@@ -147,15 +147,7 @@ def elementwise_kernel(
     )
 
 
-def bce_grad_kernel(
-    dtype: str,
-    reduction: str,
-    weight: bool = True,
-    pos_weight: str = "none",
-    wrt: str = "logit",
-    scheme: str = "exact",
-    classes: int = 0,
-) -> ElementwiseKernel:
+def bce_grad_kernel(variant: Variant, scheme: str = "exact", classes: int = 0) -> ElementwiseKernel:
     """The buffer plan and instruction list of the kernel that runs a tiling of this scheme.
 
     ``seed``: the requirement's kernel: four VECIN queues and one VECOUT queue of full tiles
@@ -171,14 +163,11 @@ def bce_grad_kernel(
     byte-granular DataCopyPad (that prologue is not in the simulator; it is L2-resident).
     ``classes`` only checks C >= 1: UB use does not depend on C.
     """
+    dtype, reduction, weight, pos_weight = variant.dtype, variant.reduction, variant.weight, variant.pos_weight
     elem = DTYPE_BYTES[dtype]
-    if pos_weight not in POS_WEIGHT_FORMS:
-        raise ValueError(f"unknown pos_weight form {pos_weight!r}; known: {', '.join(POS_WEIGHT_FORMS)}")
-    if wrt not in WRT_FORMS:
-        raise ValueError(f"unknown wrt {wrt!r}; known: {', '.join(WRT_FORMS)}")
     if scheme == "seed":
-        if not weight or pos_weight != "none" or wrt != "logit":
-            raise ValueError(
+        if not weight or pos_weight != "none" or variant.wrt != "logit":
+            raise BadRequest(
                 "the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit"
             )
         full = ("grad", "logits", "labels", "weight") if reduction == "none" else ("logits", "labels", "weight")
@@ -186,12 +175,8 @@ def bce_grad_kernel(
         ops = (VectorOp("sub", elem), VectorOp("mul" if reduction == "none" else "muls", elem), VectorOp("mul", elem))
         scalar_q = 0 if reduction == "none" else SEED_SCALAR_QUEUE_ELEMS * elem
         return ElementwiseKernel("bce_grad/seed", dtype, full, ("z",), scalar, ops, 0, scalar_q)
-    if pos_weight != "none" and wrt == "probability":
-        raise ValueError("pos_weight applies to wrt='logit' only (the probability gradient has no pos_weight term)")
-    if wrt == "probability" and dtype not in FLOAT_DTYPES:
-        raise ValueError("wrt='probability' needs a float dtype (A2 has no integer Div)")
     if pos_weight == "last_dim" and classes < 1:
-        raise ValueError("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
+        raise BadRequest("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
     widen = dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem
     full = (["grad"] if reduction == "none" else []) + ["logits", "labels"]
@@ -203,7 +188,7 @@ def bce_grad_kernel(
         # pw*y; pw*y - y; + 1 -> coef; coef*p; - pw*y (in place; the pw tile holds pw*y)
         ops += [VectorOp(o, work) for o in ("mul", "sub", "adds", "mul", "sub")]
         temps += 1 if widen else 0
-    elif wrt == "probability":
+    elif variant.wrt == "probability":
         # C = max(p*(1 - p), 1e-12) in a temporary; (p - y) / C
         ops += [VectorOp(o, work) for o in ("muls", "adds", "mul", "maxs", "sub", "div")]
         temps += 1
@@ -216,5 +201,5 @@ def bce_grad_kernel(
         ops.append(VectorOp("cast_f32_f16" if dtype == "float16" else "cast", 4))
     row = LAST_DIM_STAGE_ELEMS * elem if pos_weight == "last_dim" else 0
     scalar = () if reduction == "none" else ("grad",)
-    name = f"bce_grad/{wrt}" + (f"/pw_{pos_weight}" if pos_weight != "none" else "")
+    name = f"bce_grad/{variant.wrt}" + (f"/pw_{pos_weight}" if pos_weight != "none" else "")
     return ElementwiseKernel(name, dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps)

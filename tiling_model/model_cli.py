@@ -7,14 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-from tiling_model.calibrate import NAMED_KERNELS, CalibrationError, calibrate, read_csv, read_jsonl
+from tiling_model.calibrate import NAMED_KERNELS, calibrate, read_csv, read_jsonl
 from tiling_model.cliutil import knob_flags, parse_shape, positive_int, variant_flags
 from tiling_model.cost import predict_detail
-from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError, check_combination
+from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
+from tiling_model.errors import BadRequest
 from tiling_model.kernels import VECTOR_OPS, bce_grad_kernel, elementwise_kernel
-from tiling_model.soc import UnknownSocError, known_socs, load_soc, profile_to_json
+from tiling_model.soc import known_socs, load_soc, profile_to_json
 from tiling_model.space import score_space
-from tiling_model.tiling import SCHEMES, TilingError, TilingParams, element_count, tile_kernel, tiling_key
+from tiling_model.tiling import SCHEMES, TilingError, TilingParams, element_count, tile_kernel
+from tiling_model.variant import Variant
 
 
 def _ops(text: str) -> list[str]:
@@ -65,9 +67,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
 
 def _kernel_from_args(a: argparse.Namespace):  # noqa: ANN202
     if a.kernel == "bce_grad":
-        check_combination(a.dtype, a.reduction)
         classes = a.shape[-1] if a.pos_weight == "last_dim" and a.shape else 1
-        return bce_grad_kernel(a.dtype, a.reduction, a.weight, a.pos_weight, a.wrt, a.scheme, classes)
+        return bce_grad_kernel(_variant(a), a.scheme, classes)
     if a.kernel == "elementwise":
         missing = [f for f in ("inputs", "outputs", "ops") if getattr(a, f) is None]
         if missing:
@@ -76,13 +77,17 @@ def _kernel_from_args(a: argparse.Namespace):  # noqa: ANN202
     return elementwise_kernel(a.dtype, *NAMED_KERNELS[a.kernel][:2], NAMED_KERNELS[a.kernel][2], name=a.kernel)
 
 
+def _variant(a: argparse.Namespace) -> Variant:
+    return Variant(a.dtype, a.reduction, a.weight, a.pos_weight, a.wrt)
+
+
 def _predict(a: argparse.Namespace) -> int:
     soc = load_soc(a.soc)
     kernel = _kernel_from_args(a)
     params = TilingParams(a.block_bytes, a.buffer_num, a.tile_bytes, a.core_num)
-    reduction = a.reduction if a.kernel == "bce_grad" else "none"
-    key = tiling_key(reduction, a.dtype, a.weight, 0, a.pos_weight, a.wrt) if a.kernel == "bce_grad" else None
-    t = tile_kernel(kernel, a.shape, params, soc, a.scheme, reduction, key)
+    variant = _variant(a) if a.kernel == "bce_grad" else None
+    classes = a.shape[-1] if variant is not None and variant.pos_weight == "last_dim" and a.shape else 0
+    t = tile_kernel(kernel, a.shape, params, soc, a.scheme, variant, classes)
     warm = a.l2 == "warm"
     doc: dict[str, object] = {
         "soc": soc.name,
@@ -182,6 +187,6 @@ def _plot(a: argparse.Namespace) -> int:
 def run_model_command(a: argparse.Namespace) -> int:
     try:
         return {"predict": _predict, "calibrate": _calibrate, "plot": _plot}[a.command](a)
-    except (TilingError, UnsupportedError, UnknownSocError, CalibrationError, ValueError) as e:
+    except BadRequest as e:
         print(f"python -m tiling_model: error: {e}", file=sys.stderr)
         return 2

@@ -16,16 +16,18 @@ from tiling_model.kernels import bce_grad_kernel
 from tiling_model.soc import load_soc
 from tiling_model.space import score_space
 from tiling_model.tiling import compute_tiling
+from tiling_model.variant import Variant
 
 SIZES = tuple(int(x) for x in np.unique(np.logspace(3, 9, 25).astype(np.int64)))
 
 
 def curves(soc_name: str, dtype: str, sizes: tuple[int, ...] = SIZES) -> dict[str, np.ndarray]:
     soc = load_soc(soc_name)
-    kernel = bce_grad_kernel(dtype, "none")
+    variant = Variant(dtype, "none")  # type: ignore[arg-type]
+    kernel = bce_grad_kernel(variant)
     seed, best, roof, seed_frac, best_frac = [], [], [], [], []
     for n in sizes:
-        s = predict_detail(compute_tiling([n], dtype, "none", scheme="seed", soc=soc), soc)
+        s = predict_detail(compute_tiling([n], variant, scheme="seed", soc=soc), soc)
         scored = score_space(kernel, soc, n)
         i = scored.best_index()
         b_us, b_roof = float(scored.result.predicted_us[i]), float(scored.result.roofline_us[i])

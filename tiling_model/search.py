@@ -3,73 +3,45 @@ tuned bucket's knobs to an exact size the table was not tuned at."""
 
 from __future__ import annotations
 
+from tiling_model.errors import InvalidTiling
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.soc import SocProfile
 from tiling_model.space import ScoredSpace, score_space
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
+from tiling_model.variant import Variant
 
 
-def model_best(
-    n: int,
-    dtype: str,
-    reduction: str,
-    weight: bool,
-    soc: SocProfile,
-    pos_weight: str = "none",
-    wrt: str = "logit",
-    classes: int = 1,
-) -> TilingData:
+def model_best(n: int, variant: Variant, soc: SocProfile, classes: int = 1) -> TilingData:
     """The model's fastest valid exact-scheme tiling over the whole search space."""
-    kernel = bce_grad_kernel(dtype, reduction, weight, pos_weight, wrt, "exact", classes)
+    kernel = bce_grad_kernel(variant, "exact", classes)
     scored = score_space(kernel, soc, max(n, 1))
-    t = _first_valid(scored, n, dtype, reduction, weight, soc, pos_weight, wrt, classes)
-    if t is not None:
-        return t
-    raise RuntimeError(f"no valid tiling in the model's space for n={n} {dtype}/{reduction} on {soc.name}")
+    t = _first_valid(scored, n, variant, soc, classes)
+    if t is None:
+        raise InvalidTiling(f"no valid tiling in the model's space for n={n} {variant.label()} on {soc.name}")
+    return t
 
 
-def refit(
-    n: int,
-    dtype: str,
-    reduction: str,
-    weight: bool,
-    soc: SocProfile,
-    tuned: TilingParams,
-    pos_weight: str = "none",
-    wrt: str = "logit",
-    classes: int = 1,
-) -> TilingParams:
+def refit(n: int, variant: Variant, soc: SocProfile, tuned: TilingParams, classes: int = 1) -> TilingParams:
     """The unseen-size policy: keep a bucket's tuned block size and BUFFER_NUM (what was measured
     to suit the hardware), let the model choose the core count and tile at the exact size (what
     depends on n: how the blocks divide over cores and tiles). Falls back to ``tuned`` if no
     configuration of that block and buffer count is valid."""
-    kernel = bce_grad_kernel(dtype, reduction, weight, pos_weight, wrt, "exact", classes)
-    assert tuned.block_bytes is not None and tuned.buffer_num is not None
-    if tuned.buffer_num not in kernel.allowed_buffer_nums():
+    kernel = bce_grad_kernel(variant, "exact", classes)
+    if tuned.block_bytes is None or tuned.buffer_num is None or tuned.buffer_num not in kernel.allowed_buffer_nums():
         return tuned
     scored = score_space(kernel, soc, max(n, 1), blocks_only=(tuned.block_bytes,), buffers_only=(tuned.buffer_num,))
     if len(scored) == 0:
         return tuned
-    t = _first_valid(scored, n, dtype, reduction, weight, soc, pos_weight, wrt, classes)
+    t = _first_valid(scored, n, variant, soc, classes)
     return TilingParams(**t.params.as_dict()) if t is not None else tuned
 
 
-def _first_valid(
-    scored: ScoredSpace,
-    n: int,
-    dtype: str,
-    reduction: str,
-    weight: bool,
-    soc: SocProfile,
-    pos_weight: str,
-    wrt: str,
-    classes: int,
-) -> TilingData | None:
+def _first_valid(scored: ScoredSpace, n: int, variant: Variant, soc: SocProfile, classes: int) -> TilingData | None:
     """The fastest of the scored configurations whose tiling validates (the best index, then the 16 fastest)."""
-    shape = [n] if pos_weight != "last_dim" else [max(n // classes, 1), classes]
+    shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
     for i in [scored.best_index(), *scored.ranked(16)]:
-        t = compute_tiling(shape, dtype, reduction, scored.params(i), soc, "exact", weight, pos_weight, wrt)
+        t = compute_tiling(shape, variant, scored.params(i), soc, "exact")
         if not validate(t, soc):
             return t
     return None

@@ -14,8 +14,10 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from tiling_model.errors import BadRequest
 
-class UnknownSocError(ValueError):
+
+class UnknownSocError(BadRequest):
     """Raised for a SoC name that has no profile; the message lists the known ones."""
 
 

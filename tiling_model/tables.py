@@ -13,31 +13,30 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiling_model.dtypes import DTYPES, REDUCTIONS
-from tiling_model.kernels import POS_WEIGHT_FORMS
+from tiling_model.errors import BadRequest, TableError
 from tiling_model.tiling import KNOB_NAMES, TilingParams
+from tiling_model.variant import Variant
 
 SCHEMA_VERSION = 3
-VariantKey = tuple[str, str, bool, str, str]  # dtype, reduction, weight, pos_weight, wrt
 TUNED_HEADER_NAME = "bce_grad_tuned_table.h"
 PARAM_NAMES = KNOB_NAMES
+#: The variant's fields as a table file spells them, flat, before the entry's own fields.
+VARIANT_FIELDS = ("dtype", "reduction", "weight", "pos_weight", "wrt")
+ENTRY_FIELDS = ("size", "params", "tuned_us", "seed_default_us", "trials", "spread_us")
 
 
-class TableError(ValueError):
-    """A table file that cannot be used; the message names the file and the problem."""
+def variant_order(v: Variant) -> tuple[str | bool, ...]:
+    """The order tables list variants in (dtype, reduction, weight, pos_weight, wrt)."""
+    return astuple(v)
 
 
 @dataclass(frozen=True)
 class TableEntry:
-    dtype: str
-    reduction: str
-    weight: bool
-    pos_weight: str
-    wrt: str
+    variant: Variant
     size: int  # element count the entry was tuned at
     params: dict[str, int]
     tuned_us: float
@@ -45,12 +44,13 @@ class TableEntry:
     trials: int
     spread_us: float = 0.0  # interquartile range of the tuned configuration's samples (0 for the model)
 
-    @property
-    def key(self) -> VariantKey:
-        return (self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt)
-
     def tiling_params(self) -> TilingParams:
         return TilingParams(**self.params)
+
+    def to_json(self) -> dict[str, Any]:
+        """The flat object a table file holds: the variant's fields, then the entry's."""
+        doc: dict[str, Any] = dict(zip(VARIANT_FIELDS, astuple(self.variant), strict=True))
+        return doc | {name: getattr(self, name) for name in ENTRY_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -65,25 +65,23 @@ class TuningTable:
     calibration: dict[str, Any] | None = None  # the SoC profile's calibration summary, if it was fitted
     versions: dict[str, str] = field(default_factory=dict)  # bcetune, optuna, numpy (and CANN, torch_npu on NPU)
     schema_version: int = SCHEMA_VERSION
-    _index: dict[VariantKey, tuple[list[float], list[TableEntry]]] = field(
+    _index: dict[Variant, tuple[list[float], list[TableEntry]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
-        groups: dict[VariantKey, list[TableEntry]] = {}
+        groups: dict[Variant, list[TableEntry]] = {}
         for e in self.entries:
-            groups.setdefault(e.key, []).append(e)
+            groups.setdefault(e.variant, []).append(e)
         for key, group in groups.items():
             group.sort(key=lambda e: e.size)
             # Upper bucket bound of each entry but the last: geometric mean with the next size.
             bounds = [math.sqrt(a.size * b.size) for a, b in zip(group, group[1:], strict=False)]
             self._index[key] = (bounds, group)
 
-    def lookup(
-        self, dtype: str, reduction: str, weight: bool, n: int, pos_weight: str = "none", wrt: str = "logit"
-    ) -> TableEntry | None:
+    def lookup(self, variant: Variant, n: int) -> TableEntry | None:
         """The entry whose size bucket holds ``n`` (None for n == 0 or an untuned variant)."""
-        found = self._index.get((dtype, reduction, weight, pos_weight, wrt))
+        found = self._index.get(variant)
         if found is None or n <= 0:
             return None
         bounds, group = found
@@ -98,9 +96,8 @@ class TuningTable:
                 if i == len(bounds):
                     out.append((e, None))
                     continue
-                limit = math.ceil(bounds[i] + 0.5)
-                assert (limit - 1) - 0.5 < bounds[i] <= limit - 0.5, (bounds[i], limit)
-                out.append((e, limit))
+                # the smallest integer m with m - 0.5 >= bound: lookup's bisect sends m to the next entry
+                out.append((e, math.ceil(bounds[i] + 0.5)))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -114,7 +111,7 @@ class TuningTable:
             "trials_per_study": self.trials_per_study,
             "calibration": self.calibration,
             "versions": self.versions,
-            "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: (*e.key, e.size))],
+            "entries": [e.to_json() for e in sorted(self.entries, key=lambda e: (*variant_order(e.variant), e.size))],
         }
 
 
@@ -145,29 +142,13 @@ def _require(cond: bool, where: str, problem: str) -> None:
 
 def _entry_from_json(raw: Any, where: str) -> TableEntry:
     _require(isinstance(raw, dict), where, "entry is not an object")
-    expected = {
-        "dtype",
-        "reduction",
-        "weight",
-        "pos_weight",
-        "wrt",
-        "size",
-        "params",
-        "tuned_us",
-        "seed_default_us",
-        "trials",
-        "spread_us",
-    }
+    expected = set(VARIANT_FIELDS) | set(ENTRY_FIELDS)
     _require(set(raw) == expected, where, f"entry keys {sorted(raw)} differ from {sorted(expected)}")
-    _require(raw["dtype"] in DTYPES, where, f"unknown dtype {raw['dtype']!r}")
-    _require(raw["reduction"] in REDUCTIONS, where, f"unknown reduction {raw['reduction']!r}")
     _require(isinstance(raw["weight"], bool), where, "weight is not a boolean")
-    _require(
-        raw["pos_weight"] in POS_WEIGHT_FORMS,
-        where,
-        f"pos_weight {raw['pos_weight']!r} is not one of {POS_WEIGHT_FORMS}",
-    )
-    _require(raw["wrt"] in ("logit", "probability"), where, f"wrt {raw['wrt']!r} is not logit or probability")
+    try:
+        variant = Variant(*(raw[k] for k in VARIANT_FIELDS))
+    except BadRequest as e:
+        raise TableError(f"{where}: {e}") from None
     _require(isinstance(raw["size"], int) and raw["size"] >= 1, where, "size is not a positive integer")
     params = raw["params"]
     _require(
@@ -182,7 +163,7 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
     for k in ("tuned_us", "seed_default_us", "spread_us"):
         _require(isinstance(raw[k], int | float) and raw[k] >= 0, where, f"{k} is not a non-negative number")
     _require(isinstance(raw["trials"], int) and raw["trials"] >= 1, where, "trials is not a positive integer")
-    return TableEntry(**raw)
+    return TableEntry(variant, **{k: raw[k] for k in ENTRY_FIELDS})
 
 
 def table_from_json(doc: Any, where: str = "table") -> TuningTable:
@@ -210,7 +191,7 @@ def table_from_json(doc: Any, where: str = "table") -> TuningTable:
         "versions must map names to strings",
     )
     entries = tuple(_entry_from_json(e, f"{where}: entries[{i}]") for i, e in enumerate(doc["entries"]))
-    keys = [(*e.key, e.size) for e in entries]
+    keys = [(e.variant, e.size) for e in entries]
     _require(len(keys) == len(set(keys)), where, "duplicate entries for the same variant and size")
     return TuningTable(
         doc["soc"],

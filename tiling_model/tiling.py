@@ -18,18 +18,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
-from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, check_combination
-from tiling_model.kernels import (
-    LAST_DIM_SUPER_ELEMS,
-    POS_WEIGHT_FORMS,
-    WRT_FORMS,
-    ElementwiseKernel,
-    bce_grad_kernel,
-)
+from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID
+from tiling_model.errors import BadRequest
+from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile, load_soc
+from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS, Variant
 
 Scheme = Literal["seed", "exact"]
-SCHEMES: tuple[str, ...] = ("seed", "exact")
+SCHEMES: tuple[Scheme, ...] = ("seed", "exact")
 INT64_MAX = 2**63 - 1
 #: The seed's block granularity and its UB share count (ubDataNumber: 5 tensors).
 SEED_BLOCK_BYTES = 512
@@ -38,7 +34,7 @@ SEED_UB_DATA_NUMBER = 5
 _U32 = 0xFFFFFFFF
 
 
-class TilingError(ValueError):
+class TilingError(BadRequest):
     """Input that cannot be turned into a tiling at all (bad shape or parameter domain)."""
 
 
@@ -107,16 +103,12 @@ class TilingData:
     fields: TilingFields
     block_dim: int
     tiling_key: int
-    scheme: str
+    scheme: Scheme
     soc: str
     shape: tuple[int, ...]
-    dtype: str
-    reduction: str
-    weight: bool
+    variant: Variant  # of a generic elementwise kernel: its dtype, reduction none, no weight
     params: ResolvedParams
     kernel: ElementwiseKernel
-    pos_weight: str = "none"
-    wrt: str = "logit"
 
     @property
     def n(self) -> int:
@@ -124,12 +116,12 @@ class TilingData:
 
     @property
     def elem_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
+        return DTYPE_BYTES[self.variant.dtype]
 
     @property
     def workspace_bytes(self) -> int:
         """GM workspace the kernel needs: a last-dim pos_weight's periodic row, per core."""
-        if self.pos_weight != "last_dim" or self.block_dim == 0:
+        if self.variant.pos_weight != "last_dim" or self.block_dim == 0:
             return 0
         f = self.fields
         elems = f.tileDataNum + 2 * f.posWeightClasses + LAST_DIM_SUPER_ELEMS
@@ -148,18 +140,16 @@ def astuple_fields(f: TilingFields) -> tuple[int, ...]:
     return tuple(getattr(f, name) for name in TilingFields.names())
 
 
-def tiling_key(
-    reduction: str, dtype: str, weight: bool, buffer_num: int, pos_weight: str = "none", wrt: str = "logit"
-) -> int:
-    """Decimal-digit key the kernel dispatches on.
+def tiling_key(variant: Variant, buffer_num: int) -> int:
+    """Decimal-digit key the kernel dispatches on (it travels in the struct; CANN's own tiling key is 0).
 
     ones: schMode (0 none, 1 sum/mean, as the seed); tens: dtype id; hundreds: weight
     present; thousands: BUFFER_NUM (a template parameter of the kernel class); ten-thousands:
     pos_weight (0 none, 1 full, 2 last_dim); hundred-thousands: wrt (0 logit, 1 probability).
     """
-    sch_mode = 0 if reduction == "none" else 1
-    variant = 10000 * POS_WEIGHT_FORMS.index(pos_weight) + 100000 * WRT_FORMS.index(wrt)
-    return sch_mode + 10 * DTYPE_ID[dtype] + 100 * int(weight) + 1000 * buffer_num + variant
+    sch_mode = 0 if variant.reduction == "none" else 1
+    forms = 10000 * POS_WEIGHT_FORMS.index(variant.pos_weight) + 100000 * WRT_FORMS.index(variant.wrt)
+    return sch_mode + 10 * DTYPE_ID[variant.dtype] + 100 * int(variant.weight) + 1000 * buffer_num + forms
 
 
 def element_count(shape: Sequence[int]) -> int:
@@ -248,33 +238,27 @@ def _scale_bits(reduction: str, n: int) -> int:
 
 def compute_tiling(
     shape: Sequence[int],
-    dtype: str,
-    reduction: str,
+    variant: Variant,
     params: TilingParams | None = None,
     soc: str | SocProfile = "Ascend910B2",
-    scheme: str = "exact",
-    weight: bool = True,
-    pos_weight: str = "none",
-    wrt: str = "logit",
+    scheme: Scheme = "exact",
 ) -> TilingData:
     """Compute the host tiling of one BinaryCrossEntropyGrad call.
 
-    Raises TilingError / UnsupportedError on input no tiling can express. A last-dim
-    pos_weight has shape [C] with C the last dim of ``shape``.
+    Raises TilingError / UnsupportedError (both BadRequest) on input no tiling can express. A
+    last-dim pos_weight has shape [C] with C the last dim of ``shape``.
     """
-    check_combination(dtype, reduction)
     if scheme not in SCHEMES:
         raise TilingError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     n = element_count(shape)
-    classes = shape[-1] if pos_weight == "last_dim" and len(shape) else 0
-    if pos_weight == "last_dim" and classes < 1 and n:
+    classes = shape[-1] if variant.pos_weight == "last_dim" and len(shape) else 0
+    if variant.pos_weight == "last_dim" and classes < 1 and n:
         raise TilingError("pos_weight='last_dim' needs a last dim >= 1")
     try:
-        kernel = bce_grad_kernel(dtype, reduction, weight, pos_weight, wrt, scheme, max(classes, 1))
-    except ValueError as e:
+        kernel = bce_grad_kernel(variant, scheme, max(classes, 1))
+    except BadRequest as e:
         raise TilingError(str(e)) from None
-    key = tiling_key(reduction, dtype, weight, 0, pos_weight, wrt)
-    return tile_kernel(kernel, shape, params, soc, scheme, reduction, key, classes, pos_weight, wrt, weight)
+    return tile_kernel(kernel, shape, params, soc, scheme, variant, classes)
 
 
 def tile_kernel(
@@ -282,22 +266,19 @@ def tile_kernel(
     shape: Sequence[int],
     params: TilingParams | None = None,
     soc: str | SocProfile = "Ascend910B2",
-    scheme: str = "exact",
-    reduction: str = "none",
-    key_base: int | None = None,
+    scheme: Scheme = "exact",
+    variant: Variant | None = None,
     classes: int = 0,
-    pos_weight: str = "none",
-    wrt: str = "logit",
-    weight: bool = False,
 ) -> TilingData:
-    """Tile any elementwise kernel: the BCE front door above, or a generic one for the model."""
+    """Tile any elementwise kernel: the BCE front door above, or a generic one for the model
+    (whose variant is its dtype with reduction none and no weight)."""
     profile = soc if isinstance(soc, SocProfile) else load_soc(soc)
+    v = variant if variant is not None else Variant(kernel.dtype, "none", weight=False)  # type: ignore[arg-type]
     n = element_count(shape)
     rp = resolve_params(params, kernel, profile, scheme)
     build = _seed_fields if scheme == "seed" else _exact_fields
-    f, block_dim = build(n, kernel.elem_bytes, rp, reduction, classes)
-    base = key_base if key_base is not None else tiling_key(reduction, kernel.dtype, False, 0)
-    key = base + 1000 * rp.buffer_num
+    f, block_dim = build(n, kernel.elem_bytes, rp, v.reduction, classes)
+    key = tiling_key(v, rp.buffer_num)
     return TilingData(
         fields=replace(f, tilingKey=key),
         block_dim=block_dim,
@@ -305,13 +286,9 @@ def tile_kernel(
         scheme=scheme,
         soc=profile.name,
         shape=tuple(shape),
-        dtype=kernel.dtype,
-        reduction=reduction,
-        weight=weight,
+        variant=v,
         params=rp,
         kernel=kernel,
-        pos_weight=pos_weight,
-        wrt=wrt,
     )
 
 

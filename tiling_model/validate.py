@@ -154,7 +154,7 @@ def validate(t: TilingData, soc: SocProfile | None = None) -> list[Violation]:
                 over,
             )
         )
-    if layout.scalar_queue_bytes and t.reduction != "none":
+    if layout.scalar_queue_bytes and t.variant.reduction != "none":
         extra = layout.scalar_queue_bytes // elem - 1
         out.append(
             Violation(

@@ -15,11 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tiling_model import TilingData, predict
-
-
-class MeasurementError(RuntimeError):
-    """A launch failed or timed out: the trial fails with this reason and the sweep continues."""
+from tiling_model import MeasurementError, TilingData, predict
 
 
 class Backend(Protocol):
@@ -84,21 +80,22 @@ class CpuTwinBackend:
         self._checked: set[tuple] = set()
 
     def _arrays(self, t: TilingData) -> dict[str, Any]:
-        key = (t.shape, t.dtype, t.reduction, t.weight, t.pos_weight, t.wrt)
+        key = (t.shape, t.variant)
         if key not in self._inputs:
             rng = np.random.default_rng(self._seed)
-            d = self._cpu.DTYPES[t.dtype]
+            v = t.variant
+            d = self._cpu.DTYPES[v.dtype]
             shape = t.shape
             is_int = np.issubdtype(d, np.integer)
             mk = lambda s, lo, hi: (rng.integers(-6, 7, s) if is_int else rng.uniform(lo, hi, s)).astype(d)  # noqa: E731
             self._inputs[key] = {
-                "grad": mk(shape if t.reduction == "none" else (1,), 0.5, 2.0),
+                "grad": mk(shape if v.reduction == "none" else (1,), 0.5, 2.0),
                 "logits": mk(shape, 0.02, 0.98),
                 "labels": mk(shape, 0.0, 1.0),
-                "weight": mk(shape, 0.25, 4.0) if t.weight else None,
+                "weight": mk(shape, 0.25, 4.0) if v.weight else None,
                 "pos_weight": None
-                if t.pos_weight == "none"
-                else mk(shape if t.pos_weight == "full" else shape[-1:], 0.1, 5.0),
+                if v.pos_weight == "none"
+                else mk(shape if v.pos_weight == "full" else shape[-1:], 0.1, 5.0),
             }
         return self._inputs[key]
 
@@ -106,15 +103,14 @@ class CpuTwinBackend:
         if tiling.n > self.MAX_ELEMENTS:
             raise MeasurementError(f"the cpu backend runs up to {self.MAX_ELEMENTS} elements, not {tiling.n}")
         a = self._arrays(tiling)
-        out = np.zeros(tiling.shape, dtype=self._cpu.DTYPES[tiling.dtype])
+        out = np.zeros(tiling.shape, dtype=self._cpu.DTYPES[tiling.variant.dtype])
         start = time.perf_counter()
         try:
             self._cpu.run_tiling(tiling, a, out, threads=1)
         except self._cpu.KernelFault as e:
             raise MeasurementError(f"kernel fault in the CPU twin: {e}") from None
         us = (time.perf_counter() - start) * 1e6
-        key = (tiling.shape, tiling.dtype, tiling.reduction, tiling.weight, tiling.pos_weight, tiling.wrt,
-               tiling.params)  # fmt: skip
+        key = (tiling.shape, tiling.variant, tiling.params)
         if key not in self._checked:
             _check_output(tiling, a, out)
             self._checked.add(key)
@@ -127,7 +123,8 @@ class CpuTwinBackend:
 def _check_output(t: TilingData, a: dict[str, Any], out: np.ndarray) -> None:
     from kernel.reference import wrong_elements
 
-    bad = wrong_elements(out, a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], t.reduction, t.wrt)
+    v = t.variant
+    bad = wrong_elements(out, a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], v.reduction, v.wrt)
     if bad.size:
         raise MeasurementError(f"wrong output in the CPU twin: {bad.size} of {out.size} elements off the reference")
 
@@ -155,20 +152,19 @@ class NpuBackend:
 
     def sample(self, tiling: TilingData) -> float:
         torch = self._rt.torch
-        key = (tiling.shape, tiling.dtype, tiling.reduction, tiling.weight, tiling.pos_weight, tiling.wrt)
+        key = (tiling.shape, tiling.variant)
         if key not in self._inputs:
             g = torch.Generator().manual_seed(self._seed)
-            dt = getattr(torch, tiling.dtype)
+            v = tiling.variant
+            dt = getattr(torch, v.dtype)
             shape = tiling.shape
             mk = lambda s: torch.rand(s, generator=g).to(dt).npu()  # noqa: E731
             self._inputs[key] = {
-                "grad": mk(shape if tiling.reduction == "none" else (1,)),
+                "grad": mk(shape if v.reduction == "none" else (1,)),
                 "logits": mk(shape),
                 "labels": mk(shape),
-                "weight": mk(shape) if tiling.weight else None,
-                "pos_weight": None
-                if tiling.pos_weight == "none"
-                else mk(shape if tiling.pos_weight == "full" else shape[-1:]),
+                "weight": mk(shape) if v.weight else None,
+                "pos_weight": None if v.pos_weight == "none" else mk(shape if v.pos_weight == "full" else shape[-1:]),
             }
         try:
             return self._npu.time_launches(self._rt, tiling, self._inputs[key], warmup=0, repeats=1, flush_l2=False)[0]

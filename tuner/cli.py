@@ -18,7 +18,7 @@ from tiling_model.tables import TableError, load_table, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure
-from tuner.protocol import Protocol
+from tuner.protocol import MeasurementProtocol
 from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
@@ -111,12 +111,13 @@ def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
         f"{'dtype':<9}{'red':<5}{'w':<3}{'size':>11}  {'block':>6}{'bufs':>5}{'tile':>7}{'cores':>6}"
         f"{'tuned_us':>11}{'seed_us':>11}{'speedup':>9}"
     )
-    for e in sorted(table.entries, key=lambda e: (e.dtype, e.reduction, not e.weight, e.size)):
-        if e.dtype not in dtypes or e.reduction not in reductions:
+    for e in sorted(table.entries, key=lambda e: (e.variant.dtype, e.variant.reduction, not e.variant.weight, e.size)):
+        v = e.variant
+        if v.dtype not in dtypes or v.reduction not in reductions:
             continue
         p = e.params
         print(
-            f"{e.dtype:<9}{e.reduction:<5}{'y' if e.weight else 'n':<3}{e.size:>11}  {p['block_bytes']:>6}"
+            f"{v.dtype:<9}{v.reduction:<5}{'y' if v.weight else 'n':<3}{e.size:>11}  {p['block_bytes']:>6}"
             f"{p['buffer_num']:>5}{p['tile_bytes']:>7}{p['core_num']:>6}{e.tuned_us:>11.3f}"
             f"{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}"
         )
@@ -170,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         storage = open_storage(args.storage)
         start = time.perf_counter()
         backend = make_backend(args.backend, args.noise, args.outlier_rate, args.seed)
-        protocol = Protocol(warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top)
+        protocol = MeasurementProtocol(warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top)
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:
             raise ValueError("patience must be >= 0")

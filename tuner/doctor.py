@@ -27,7 +27,7 @@ import numpy as np
 
 from kernel import npu
 from kernel.reference import wrong_elements
-from tiling_model import TilingData, TilingParams, compute_tiling, known_socs, load_soc, valid_combinations
+from tiling_model import TilingData, TilingParams, Variant, compute_tiling, every_variant, known_socs, load_soc
 from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES
 from tiling_model.search import refit
 from tiling_model.tables import TableError, load_table
@@ -56,61 +56,49 @@ class DoctorStop(RuntimeError):
 
 @dataclass(frozen=True)
 class GoldenCase:
-    dtype: str
-    reduction: str
-    weight: bool
-    pos_weight: str
-    wrt: str
+    variant: Variant
     shape: tuple[int, ...]
 
     def label(self) -> str:
-        w = "w" if self.weight else "nw"
-        return f"{self.dtype}/{self.reduction}/{w}/pw_{self.pos_weight}/{self.wrt} shape={list(self.shape)}"
+        return f"{self.variant.label()} shape={list(self.shape)}"
 
 
 def golden_cases() -> list[GoldenCase]:
     """Every variant the kernel supports, at sizes that exercise one element, a partial block, the
     48-core split and a multi-tile run with a tail."""
     out = []
-    for dtype, reduction in valid_combinations():
-        per_block = 512 // DTYPE_BYTES[dtype]
-        sizes = (1, 129, 48 * per_block + 1, 100_003)
-        wrts = ("logit", "probability") if dtype in FLOAT_DTYPES else ("logit",)
-        for wrt in wrts:
-            for pw in ("none", "full", "last_dim") if wrt == "logit" else ("none",):
-                for weight in (True, False):
-                    for n in sizes:
-                        c = LAST_DIM_CLASSES
-                        shape = (max(1, n // c), c) if pw == "last_dim" else (n,)
-                        out.append(GoldenCase(dtype, reduction, weight, pw, wrt, shape))
+    for v in every_variant():
+        per_block = 512 // DTYPE_BYTES[v.dtype]
+        for n in (1, 129, 48 * per_block + 1, 100_003):
+            c = LAST_DIM_CLASSES
+            out.append(GoldenCase(v, (max(1, n // c), c) if v.pos_weight == "last_dim" else (n,)))
     return out
 
 
 def case_inputs(case: GoldenCase, seed: int) -> dict[str, np.ndarray | None]:
     """Inputs in the operator's domain (p in (0, 1), hard and soft labels; small ints)."""
     rng = np.random.default_rng(seed)
-    d = NUMPY_DTYPES[case.dtype]
+    v = case.variant
+    d = NUMPY_DTYPES[v.dtype]
     shape = case.shape
-    if case.dtype not in FLOAT_DTYPES:
+    if v.dtype not in FLOAT_DTYPES:
         small = lambda s: rng.integers(-6, 7, s).astype(d)  # noqa: E731  (no int16 overflow)
         return {
             "grad": small(shape),
             "logits": small(shape),
             "labels": small(shape),
-            "weight": small(shape) if case.weight else None,
-            "pos_weight": None
-            if case.pos_weight == "none"
-            else small(shape if case.pos_weight == "full" else shape[-1:]),
+            "weight": small(shape) if v.weight else None,
+            "pos_weight": None if v.pos_weight == "none" else small(shape if v.pos_weight == "full" else shape[-1:]),
         }
     n = int(np.prod(shape))
     y = np.where(rng.random(n) < 0.5, rng.integers(0, 2, n), rng.random(n)).reshape(shape)
-    pw_shape = shape if case.pos_weight == "full" else shape[-1:]
+    pw_shape = shape if v.pos_weight == "full" else shape[-1:]
     return {
-        "grad": (rng.normal(size=shape if case.reduction == "none" else (1,)) * 2).astype(d),
+        "grad": (rng.normal(size=shape if v.reduction == "none" else (1,)) * 2).astype(d),
         "logits": rng.uniform(0.02, 0.98, shape).astype(d),
         "labels": y.astype(d),
-        "weight": rng.uniform(0.25, 4.0, shape).astype(d) if case.weight else None,
-        "pos_weight": None if case.pos_weight == "none" else rng.uniform(0.1, 5.0, pw_shape).astype(d),
+        "weight": rng.uniform(0.25, 4.0, shape).astype(d) if v.weight else None,
+        "pos_weight": None if v.pos_weight == "none" else rng.uniform(0.1, 5.0, pw_shape).astype(d),
     }
 
 
@@ -119,15 +107,14 @@ def run_golden(launch: Launcher, soc: str, cases: list[GoldenCase]) -> list[str]
     failures = []
     for i, case in enumerate(cases):
         a = case_inputs(case, i)
-        t = compute_tiling(list(case.shape), case.dtype, case.reduction, None, soc, "exact", case.weight,
-                           case.pos_weight, case.wrt)  # fmt: skip
+        t = compute_tiling(list(case.shape), case.variant, None, soc)
         try:
             z = launch(t, a)
         except Exception as e:  # noqa: BLE001 - a launch error is this case's failure, the rest still run
             failures.append(f"{case.label()}: launch failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
             continue
-        bad = wrong_elements(z, a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], case.reduction,
-                             case.wrt)  # fmt: skip
+        v = case.variant
+        bad = wrong_elements(z, a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"], v.reduction, v.wrt)
         if bad.size:
             failures.append(f"{case.label()}: {bad.size} of {z.size} elements off the reference, first at {bad[0]}")
     return failures
@@ -206,36 +193,35 @@ def npu_launcher(rt: npu.NpuRuntime) -> Launcher:
     return launch
 
 
-def tuned_params(table_path: Path, soc: str, dtype: str, reduction: str, n: int) -> tuple[TilingParams, str]:
+def tuned_params(table_path: Path, soc: str, variant: Variant, n: int) -> tuple[TilingParams, str]:
     """What the service would answer for this size (table entry, re-fit to the size), else the default."""
     try:
         table = load_table(table_path)
     except TableError:
         return TilingParams(), "default (no table)"
-    entry = table.lookup(dtype, reduction, True, n)
+    entry = table.lookup(variant, n)
     if entry is None:
         return TilingParams(), "default (no entry)"
     if entry.size == n:
         return entry.tiling_params(), "table"
-    return refit(n, dtype, reduction, True, load_soc(soc), entry.tiling_params()), "table, re-fit"
+    return refit(n, variant, load_soc(soc), entry.tiling_params()), "table, re-fit"
 
 
 def time_seed_vs_tuned(rt: npu.NpuRuntime, soc: str, table_path: Path) -> Iterator[str]:
     torch = rt.torch
-    for dtype, reduction in (("float32", "none"), ("float16", "mean")):
+    for variant in (Variant("float32", "none"), Variant("float16", "mean")):
         for n in TIMED_SIZES:
-            tuned, source = tuned_params(table_path, soc, dtype, reduction, n)
-            case = GoldenCase(dtype, reduction, True, "none", "logit", (n,))
-            a = case_inputs(case, 0)
-            tensors = {k: (None if v is None else torch.from_numpy(v).npu()) for k, v in a.items()}
+            tuned, source = tuned_params(table_path, soc, variant, n)
+            a = case_inputs(GoldenCase(variant, (n,)), 0)
+            tensors = {k: (None if x is None else torch.from_numpy(x).npu()) for k, x in a.items()}
             times = []
             for params in (TilingParams(), tuned):
-                t = compute_tiling([n], dtype, reduction, params, soc, "exact", True)
+                t = compute_tiling([n], variant, params, soc)
                 samples = npu.time_launches(rt, t, tensors, warmup=3, repeats=20, flush_l2=True)
                 times.append(float(np.median(samples)))
             yield (
-                f"  {dtype:<8} {reduction:<5} n={n:>9}: seed default {times[0]:9.2f} us, tuned ({source}) "
-                f"{times[1]:9.2f} us, {times[0] / times[1]:.3f}x"
+                f"  {variant.dtype:<8} {variant.reduction:<5} n={n:>9}: seed default {times[0]:9.2f} us, "
+                f"tuned ({source}) {times[1]:9.2f} us, {times[0] / times[1]:.3f}x"
             )
 
 

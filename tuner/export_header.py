@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
-from tiling_model.kernels import POS_WEIGHT_FORMS, WRT_FORMS
-from tiling_model.tables import TUNED_HEADER_NAME, TuningTable, load_table
+from tiling_model.tables import TUNED_HEADER_NAME, TuningTable, load_table, variant_order
+from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
 
 HEADER_PATH = Path(__file__).resolve().parent.parent / "kernel" / "op_host" / TUNED_HEADER_NAME
 
@@ -88,12 +88,12 @@ def render(tables: list[TuningTable]) -> str:
     )
     rows = []
     for t in sorted(tables, key=lambda t: t.soc):
-        limits = sorted(t.bucket_limits(), key=lambda el: (*el[0].key, el[0].size))
+        limits = sorted(t.bucket_limits(), key=lambda el: (*variant_order(el[0].variant), el[0].size))
         for e, limit in limits:
-            p = e.params
+            p, v = e.params, e.variant
             rows.append(
-                f'    {{"{t.soc}", {DTYPE_ID[e.dtype]}, {REDUCTION_ID[e.reduction]}, {int(e.weight)}, '
-                f"{POS_WEIGHT_FORMS.index(e.pos_weight)}, {WRT_FORMS.index(e.wrt)}, {e.size}, {limit or 0}, "
+                f'    {{"{t.soc}", {DTYPE_ID[v.dtype]}, {REDUCTION_ID[v.reduction]}, {int(v.weight)}, '
+                f"{POS_WEIGHT_FORMS.index(v.pos_weight)}, {WRT_FORMS.index(v.wrt)}, {e.size}, {limit or 0}, "
                 f"{p['block_bytes']}, {p['buffer_num']}, {p['tile_bytes']}, {p['core_num']}}},"
             )
     return PROLOGUE.format(provenance=prov) + "\n".join(rows) + "\n" + EPILOGUE

@@ -10,13 +10,13 @@ never touched cost no memory, so a 1Gi-element tiling is checked in about a seco
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 
 from kernel import cpu
 from kernel.reference import wrong_elements
-from tiling_model import TilingParams, compute_tiling, core_plan
+from tiling_model import KernelFault, TilingParams, Variant, compute_tiling, core_plan
 
 FULL_RUN_LIMIT = 1 << 22
 WINDOW = 1 << 16  # random elements at each end of a core in a partial run
@@ -24,7 +24,7 @@ WINDOW = 1 << 16  # random elements at each end of a core in a partial run
 GATE_CLASSES = 64
 
 
-class GateFailure(RuntimeError):
+class GateFailure(KernelFault):
     """The tuned tiling faulted in the twin or gave a wrong answer: the entry must not ship."""
 
 
@@ -46,21 +46,12 @@ def _fill(rng: np.random.Generator, a: np.ndarray, lo: int, hi: int, kind: str, 
         a[lo:hi] = rng.uniform(0.25, 2.0, n).astype(a.dtype)
 
 
-def check_tiling(
-    soc: str,
-    n: int,
-    dtype: str,
-    reduction: str,
-    weight: bool,
-    pos_weight: str,
-    wrt: str,
-    params: TilingParams,
-    seed: int = 0,
-) -> GateResult:
+def check_tiling(soc: str, n: int, variant: Variant, params: TilingParams, seed: int = 0) -> GateResult:
     """Run ``params`` for ``n`` elements of this variant in the twin and check z; GateFailure if not right."""
+    dtype, reduction, weight, pos_weight, wrt = astuple(variant)
     classes = GATE_CLASSES if pos_weight == "last_dim" else 1
     shape = [n // classes, classes] if pos_weight == "last_dim" else [n]
-    t = compute_tiling(shape, dtype, reduction, params, soc, "exact", weight, pos_weight, wrt)
+    t = compute_tiling(shape, variant, params, soc)
     n = t.n
     ranges = [(c.index, c.start, c.count) for c in core_plan(t)]
     if n > FULL_RUN_LIMIT:

@@ -14,7 +14,7 @@ from tuner.backends import Backend
 
 
 @dataclass(frozen=True)
-class Protocol:
+class MeasurementProtocol:
     warmup: int = 2
     repeats: int = 7
     outlier_mads: float = 5.0  # a sample further than this many MADs from the median is rejected
@@ -52,7 +52,7 @@ def summarise(samples: list[float], outlier_mads: float) -> Measurement:
     return Measurement(tuple(samples), tuple(float(v) for v in kept), float(q2), float(q3 - q1))
 
 
-def measure(backend: Backend, tiling: TilingData, protocol: Protocol) -> Measurement:
+def measure(backend: Backend, tiling: TilingData, protocol: MeasurementProtocol) -> Measurement:
     """One measurement: a deterministic backend needs one sample; a timed one gets the protocol."""
     if backend.deterministic:
         us = backend.sample(tiling)
@@ -66,7 +66,9 @@ def measure(backend: Backend, tiling: TilingData, protocol: Protocol) -> Measure
     return summarise(samples, protocol.outlier_mads)
 
 
-def remeasure_interleaved(backend: Backend, tilings: list[TilingData], protocol: Protocol) -> list[Measurement]:
+def remeasure_interleaved(
+    backend: Backend, tilings: list[TilingData], protocol: MeasurementProtocol
+) -> list[Measurement]:
     """Measure the candidates round-robin (so drift hits all alike), ``confirm_rounds`` x ``repeats`` each."""
     samples: list[list[float]] = [[] for _ in tilings]
     for t in tilings:

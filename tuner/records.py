@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tiling_model import TilingData
+from tuner.key import StudyKey
 from tuner.protocol import Measurement
-
-if TYPE_CHECKING:
-    from tuner.study import StudyKey
 
 
 class RecordLog:
@@ -26,14 +24,7 @@ class RecordLog:
         rec = {
             "soc": key.soc,
             "backend": backend,
-            "kernel": {
-                "kind": "bce_grad",
-                "dtype": key.dtype,
-                "reduction": key.reduction,
-                "weight": key.weight,
-                "pos_weight": key.pos_weight,
-                "wrt": key.wrt,
-            },
+            "kernel": {"kind": "bce_grad", **asdict(key.variant)},
             "shape": list(t.shape),
             "params": t.params.as_dict(),
             "measured_us": m.median_us,

@@ -15,7 +15,7 @@ from tiling_model import compute_tiling, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.search import refit
 from tiling_model.space import score_space
-from tiling_model.tables import TuningTable
+from tiling_model.tables import TuningTable, variant_order
 
 
 @dataclass(frozen=True)
@@ -43,24 +43,25 @@ def held_out_regret(
     ``refit`` (what the service does: bucket block and BUFFER_NUM, cores and tile re-fit at the exact
     size) or ``nearest`` (the bucket's knobs as they are: what the C++ header does)."""
     soc = load_soc(table.soc)
-    keys = sorted({e.key for e in table.entries})
+    variants = sorted({e.variant for e in table.entries}, key=variant_order)
     sizes = sorted({e.size for e in table.entries})
     rng = np.random.default_rng(seed)
     out, worst = [], (-1.0, "")
     for _ in tqdm(range(count), desc=f"regret ({policy})", unit="size", disable=not progress):
-        dtype, reduction, weight, pw, wrt = keys[rng.integers(len(keys))]
+        v = variants[rng.integers(len(variants))]
         n = int(np.exp(rng.uniform(np.log(sizes[0]), np.log(sizes[-1]))))
-        e = table.lookup(dtype, reduction, weight, n, pw, wrt)
+        e = table.lookup(v, n)
+        if e is None:
+            continue
         params = e.tiling_params()
         if policy == "refit" and e.size != n:
-            params = refit(n, dtype, reduction, weight, soc, params, pw, wrt)
-        t = compute_tiling([n], dtype, reduction, params, soc, "exact", weight, pw, wrt)
-        kernel = bce_grad_kernel(dtype, reduction, weight, pw, wrt, classes=1)
-        best = float(score_space(kernel, soc, n).result.predicted_us.min())
+            params = refit(n, v, soc, params)
+        t = compute_tiling([n], v, params, soc)
+        best = float(score_space(bce_grad_kernel(v, classes=1), soc, n).result.predicted_us.min())
         r = predict(t, soc) / best - 1
         out.append(r)
         if r > worst[0]:
-            worst = (r, f"{dtype}/{reduction}/weight={weight} at n={n} (entry tuned at {e.size})")
+            worst = (r, f"{v.dtype}/{v.reduction}/weight={v.weight} at n={n} (entry tuned at {e.size})")
     return Regret(tuple(sorted(out)), worst[1])
 
 
@@ -72,7 +73,7 @@ def write_report(table: TuningTable, out_dir: Path, regret_sizes: int = 0) -> Pa
 
     out_dir.mkdir(parents=True, exist_ok=True)
     soc = table.soc
-    dtypes = sorted({e.dtype for e in table.entries})
+    dtypes = sorted({e.variant.dtype for e in table.entries})
     fig, ax = plt.subplots(figsize=(8, 4.5))
     lines = [
         f"# Tuning report: {soc}",
@@ -89,13 +90,13 @@ def write_report(table: TuningTable, out_dir: Path, regret_sizes: int = 0) -> Pa
     for d in dtypes:
         curve = []
         for s in sizes:
-            ratios = [e.seed_default_us / e.tuned_us for e in table.entries if e.dtype == d and e.size == s]
+            ratios = [e.seed_default_us / e.tuned_us for e in table.entries if e.variant.dtype == d and e.size == s]
             curve.append(float(np.exp(np.mean(np.log(ratios)))))
         ax.semilogx(sizes, curve, "o-", ms=3, label=d)
     for s in sizes:
         cells = []
         for d in dtypes:
-            ratios = [e.seed_default_us / e.tuned_us for e in table.entries if e.dtype == d and e.size == s]
+            ratios = [e.seed_default_us / e.tuned_us for e in table.entries if e.variant.dtype == d and e.size == s]
             cells.append(f"{np.exp(np.mean(np.log(ratios))):.3f}")
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
     ax.axhline(1.0, color="k", lw=0.8)

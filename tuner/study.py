@@ -1,4 +1,4 @@
-"""Tune one (SoC, dtype, reduction, weight, size) key with an Optuna study.
+"""Tune one (SoC, variant, size) key with an Optuna study.
 
 The study lives in Optuna's RDB storage under a name derived from the key, so an
 interrupted sweep resumes where it stopped and finished studies are not run again.
@@ -6,46 +6,35 @@ interrupted sweep resumes where it stopped and finished studies are not run agai
 
 from __future__ import annotations
 
-import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 
 import optuna
 from optuna.trial import TrialState
 
-from tiling_model import SocProfile, TilingData, TilingParams, compute_tiling, load_soc, predict, validate
+from tiling_model import (
+    InvalidTiling,
+    SocProfile,
+    TilingData,
+    TilingParams,
+    compute_tiling,
+    load_soc,
+    predict,
+    validate,
+)
 from tiling_model.tables import TableEntry
 from tiling_model.tiling import KNOB_NAMES
 from tuner.backends import Backend, MeasurementError
-from tuner.protocol import Protocol, measure, remeasure_interleaved, statistically_tied
+from tuner.key import StudyKey
+from tuner.protocol import MeasurementProtocol, measure, remeasure_interleaved, statistically_tied
 from tuner.records import RecordLog
-from tuner.space import SearchSpace
+from tuner.search_space import SearchSpace
 
 #: The model's best configurations enqueued as the first trials after the seed default.
 MODEL_SEEDS = 3
 
 
-@dataclass(frozen=True)
-class StudyKey:
-    soc: str
-    dtype: str
-    reduction: str
-    weight: bool
-    size: int
-    pos_weight: str = "none"
-    wrt: str = "logit"
-
-    def study_name(self, backend: str) -> str:
-        w = "w" if self.weight else "nw"
-        variant = f"{self.wrt}/pw_{self.pos_weight}"
-        return f"bce_grad/{self.soc}/{self.dtype}/{self.reduction}/{w}/{variant}/n{self.size}/{backend}"
-
-    def seed(self) -> int:
-        """A fixed sampler seed per key: the same sweep gives the same table."""
-        return int.from_bytes(hashlib.sha256(repr(self).encode()).digest()[:4], "little")
-
-
-class InvalidConfiguration(RuntimeError):
+class InvalidConfiguration(InvalidTiling):
     """A proposed configuration failed ``validate``: a bug in the search space."""
 
 
@@ -75,14 +64,12 @@ def _objective(  # noqa: ANN202
     space: SearchSpace,
     backend: Backend,
     study: optuna.Study,
-    protocol: Protocol,
+    protocol: MeasurementProtocol,
     records: RecordLog | None,
 ):
     def objective(trial: optuna.Trial) -> float:
         params = space.suggest(trial)
-        t = compute_tiling(
-            [key.size], key.dtype, key.reduction, params, space.soc, "exact", key.weight, key.pos_weight, key.wrt
-        )
+        t = compute_tiling([key.size], key.variant, params, space.soc)
         violations = validate(t, space.soc)
         if violations:
             raise InvalidConfiguration(f"{key}: {params} -> {[v.kind for v in violations]}")
@@ -93,12 +80,12 @@ def _objective(  # noqa: ANN202
         # measuring right now is waited for (the lower trial number measures, so two never wait on each other).
         deadline = time.monotonic() + DUPLICATE_WAIT_S
         while True:
-            twin = _same_config(study, trial.number, real)
-            if twin is None or twin.state == TrialState.RUNNING and twin.number > trial.number:
+            duplicate = _same_config(study, trial.number, real)
+            if duplicate is None or duplicate.state == TrialState.RUNNING and duplicate.number > trial.number:
                 break
-            if twin.state == TrialState.COMPLETE:
-                trial.set_user_attr("duplicate_of", twin.number)
-                return twin.value
+            if duplicate.state == TrialState.COMPLETE and duplicate.value is not None:
+                trial.set_user_attr("duplicate_of", duplicate.number)
+                return duplicate.value
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -143,7 +130,7 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
 
 
 def confirm_winner(
-    study: optuna.Study, key: StudyKey, space: SearchSpace, backend: Backend, protocol: Protocol
+    study: optuna.Study, key: StudyKey, space: SearchSpace, backend: Backend, protocol: MeasurementProtocol
 ) -> tuple[optuna.trial.FrozenTrial, float, float]:
     """Winner, its time and spread. A timed backend re-measures the top candidates interleaved;
     candidates statistically tied with the fastest are resolved by ``robust_order``. The
@@ -157,20 +144,7 @@ def confirm_winner(
         if "duplicate_of" not in t.user_attrs
     ]
     top = sorted(done, key=lambda t: (t.value, t.number))[: protocol.confirm_top]
-    tilings = [
-        compute_tiling(
-            [key.size],
-            key.dtype,
-            key.reduction,
-            TilingParams(*_params_of(t)),
-            space.soc,
-            "exact",
-            key.weight,
-            key.pos_weight,
-            key.wrt,
-        )
-        for t in top
-    ]
+    tilings = [compute_tiling([key.size], key.variant, TilingParams(*_params_of(t)), space.soc) for t in top]
     ms = remeasure_interleaved(backend, tilings, protocol)
     study.set_user_attr("confirm", {str(t.number): m.as_attrs() for t, m in zip(top, ms, strict=True)})
     fastest = min(ms, key=lambda m: m.median_us)
@@ -184,9 +158,10 @@ def seed_default_tiling(key: StudyKey, soc: SocProfile, runnable: bool = False) 
     kernel computes the variant (it always reads weight), else its default knobs on our kernel.
     ``runnable`` (timed backends): always its default knobs on our kernel, because the seed's own
     tiling overflows the usable UB or reads past the tensors and cannot be timed."""
-    if key.pos_weight == "none" and key.wrt == "logit" and not runnable:
-        return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "seed", True)
-    return compute_tiling([key.size], key.dtype, key.reduction, None, soc, "exact", key.weight, key.pos_weight, key.wrt)
+    v = key.variant
+    if v.pos_weight == "none" and v.wrt == "logit" and not runnable:
+        return compute_tiling([key.size], replace(v, weight=True), None, soc, "seed")
+    return compute_tiling([key.size], v, None, soc)
 
 
 SEED_WAIT_S = 5.0
@@ -230,15 +205,15 @@ def tune(
     backend: Backend,
     storage: optuna.storages.BaseStorage | str,
     trials: int,
-    protocol: Protocol | None = None,
+    protocol: MeasurementProtocol | None = None,
     patience: int = 0,
     records: RecordLog | None = None,
 ) -> TableEntry:
     """Run (or resume) the study of ``key`` up to ``trials`` completed trials (or until the best has not
     improved for ``patience`` trials, when > 0); return its entry."""
-    protocol = protocol or Protocol()
+    protocol = protocol or MeasurementProtocol()
     soc = load_soc(key.soc)
-    space = SearchSpace(soc, key.dtype, key.reduction, key.weight, key.pos_weight, key.wrt)
+    space = SearchSpace(soc, key.variant)
     sampler = optuna.samplers.TPESampler(seed=key.seed(), multivariate=True, n_startup_trials=10)
     seeds = [space.default_point(), *space.model_best_points(key.size, MODEL_SEEDS)]
     try:  # creating the study is atomic in the database: only its creator seeds it
@@ -265,11 +240,7 @@ def tune(
     seed_tiling = seed_default_tiling(key, soc, runnable=backend.runs_kernel)
     params = dict(zip(KNOB_NAMES, _params_of(best), strict=True))
     return TableEntry(
-        dtype=key.dtype,
-        reduction=key.reduction,
-        weight=key.weight,
-        pos_weight=key.pos_weight,
-        wrt=key.wrt,
+        variant=key.variant,
         size=key.size,
         params=params,
         tuned_us=round(tuned_us, 4),

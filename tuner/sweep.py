@@ -13,14 +13,15 @@ from typing import Any
 import optuna
 from tqdm import tqdm
 
-from tiling_model import SocProfile, load_soc, valid_combinations
+from tiling_model import SocProfile, Variant, load_soc, valid_combinations
 from tiling_model.dtypes import FLOAT_DTYPES
 from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
 from tuner.backends import Backend
 from tuner.gate import GateFailure, check_tiling
-from tuner.protocol import Protocol
+from tuner.key import StudyKey
+from tuner.protocol import MeasurementProtocol
 from tuner.records import RecordLog
-from tuner.study import StudyKey, tune
+from tuner.study import tune
 
 #: Representative element counts: powers of four from 1 Ki to 1 Gi elements.
 DEFAULT_SIZES = tuple(4**k for k in range(5, 16))
@@ -44,7 +45,7 @@ def sweep_keys(
     combos = [(d, r) for d, r in valid_combinations() if d in wanted_d and r in wanted_r]
     variants = [(p, w) for w in wrts for p in pos_weights if p == "none" or w == "logit"]
     return [
-        StudyKey(soc, d, r, w, s, p, wrt)
+        StudyKey(soc, Variant(d, r, w, p, wrt), s)  # type: ignore[arg-type]
         for d, r in combos
         for p, wrt in variants
         if wrt == "logit" or d in FLOAT_DTYPES
@@ -72,19 +73,10 @@ def software_versions(backend: str) -> dict[str, str]:
     return versions
 
 
-def _label(key: StudyKey) -> str:
-    return f"{key.dtype}/{key.reduction}/{'w' if key.weight else 'nw'}/{key.wrt}/pw_{key.pos_weight}/n={key.size}"
-
-
-def _key_of(soc: str, e: TableEntry) -> StudyKey:
-    return StudyKey(soc, e.dtype, e.reduction, e.weight, e.size, e.pos_weight, e.wrt)
-
-
 def gate_entry(soc: str, e: TableEntry) -> None:
     """Run an entry's tiling in the CPU twin (the kernel-launch build of the current kernel source)
     and check it against the float64 reference; GateFailure if it faults or is wrong."""
-    check_tiling(soc, e.size, e.dtype, e.reduction, e.weight, e.pos_weight, e.wrt, e.tiling_params(),
-                 seed=_key_of(soc, e).seed())  # fmt: skip
+    check_tiling(soc, e.size, e.variant, e.tiling_params(), seed=StudyKey(soc, e.variant, e.size).seed())
 
 
 def regate(table: TuningTable, progress: bool = True) -> TuningTable:
@@ -113,7 +105,7 @@ def run_sweep(
     trials: int,
     out: Path | None,
     progress: bool = True,
-    protocol: Protocol | None = None,
+    protocol: MeasurementProtocol | None = None,
     patience: int = 0,
     records: RecordLog | None = None,
 ) -> TuningTable:
@@ -126,7 +118,7 @@ def run_sweep(
     entries, failures = [], []
     bar = tqdm(keys, desc=f"sweep {soc.name}", unit="study", disable=not progress)
     for key in bar:
-        bar.set_postfix_str(_label(key))
+        bar.set_postfix_str(key.label())
         entry = tune(key, backend, storage, trials, protocol, patience, records)
         try:  # no entry ships before the real kernel source ran it correctly in the CPU twin
             gate_entry(key.soc, entry)

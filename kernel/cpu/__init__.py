@@ -28,9 +28,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from tiling_model import TilingParams, compute_tiling, load_soc
-from tiling_model.dtypes import UnsupportedError
-from tiling_model.tiling import TilingData, TilingError
+from tiling_model import BadRequest, BuildError, TilingData, TilingParams, Variant, compute_tiling, load_soc
+from tiling_model import KernelFault as _KernelFault
 
 DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype(np.float32),
@@ -53,14 +52,14 @@ def flow_flags(flow: str, dtype: str | None = None) -> tuple[str, ...]:
     if flow == "launch":
         return ()
     if flow != "op":
-        raise ValueError(f"unknown build flow {flow!r}; known: {', '.join(FLOWS)}")
+        raise BadRequest(f"unknown build flow {flow!r}; known: {', '.join(FLOWS)}")
     if dtype not in DTYPE_CTYPES:
-        raise ValueError(f"the op flow builds one library per dtype; got {dtype!r}, known: {', '.join(DTYPE_CTYPES)}")
+        raise BadRequest(f"the op flow builds one library per dtype; got {dtype!r}, known: {', '.join(DTYPE_CTYPES)}")
     shim = Path(str(resources.files("kernel"))) / "cpu" / "op_tiling_shim.h"
     return ("-DBCE_GRAD_CUSTOM_OP=1", f"-DDTYPE_LOGITS={DTYPE_CTYPES[dtype]}", "-include", str(shim))
 
 
-class KernelFault(RuntimeError):
+class KernelFault(_KernelFault):
     """The twin caught the kernel doing what the NPU would get wrong or hang on."""
 
     def __init__(self, message: str) -> None:
@@ -68,7 +67,7 @@ class KernelFault(RuntimeError):
         self.kind = message[1 : message.index("]")] if message.startswith("[") else "fault"
 
 
-class KernelBuildError(RuntimeError):
+class KernelBuildError(BuildError):
     """The kernel source did not compile against the twin (the compiler's message follows)."""
 
 
@@ -184,7 +183,7 @@ def run_tiling(
     soc = load_soc(tiling.soc)
     bad = [c for c in cores or [] if not 0 <= c < tiling.block_dim]
     if bad:
-        raise ValueError(f"cores {bad} are not block indices of this tiling (0..{tiling.block_dim - 1})")
+        raise BadRequest(f"cores {bad} are not block indices of this tiling (0..{tiling.block_dim - 1})")
     if tiling.block_dim == 0:
         return RunResult(0, 0, dict.fromkeys(TENSOR_NAMES, 0), dict.fromkeys(TENSOR_NAMES, 0))
     workspace = np.zeros(max(tiling.workspace_bytes, 0), dtype=np.uint8)
@@ -202,7 +201,7 @@ def run_tiling(
     tensors = (_Tensor * 8)()
     for i, (name, a) in enumerate(zip(TENSOR_NAMES, keep, strict=True)):
         if a is not None and not a.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous")
+            raise BadRequest(f"{name} must be C-contiguous")
         tensors[i].name = name.encode()
         tensors[i].data = a.ctypes.data if a is not None and a.size else None
         tensors[i].bytes = a.nbytes if a is not None else 0
@@ -210,7 +209,7 @@ def run_tiling(
     stats = _Stats()
     io = (ctypes.c_uint64 * 16)()
     err = ctypes.create_string_buffer(2048)
-    rc = library(flow, tiling.dtype).bce_twin_run(
+    rc = library(flow, tiling.variant.dtype).bce_twin_run(
         tensors,
         8,
         tiling.block_dim,
@@ -237,7 +236,7 @@ def dtype_name(a: np.ndarray) -> str:
     for name, dt in DTYPES.items():
         if a.dtype == dt:
             return name
-    raise ValueError(f"unsupported dtype {a.dtype}; the kernel takes {', '.join(DTYPES)}")
+    raise BadRequest(f"unsupported dtype {a.dtype}; the kernel takes {', '.join(DTYPES)}")
 
 
 def _check_inputs(
@@ -252,16 +251,16 @@ def _check_inputs(
     dtype = dtype_name(logits)
     for name, a in (("labels", labels), ("grad", grad), ("weight", weight), ("pos_weight", pos_weight)):
         if a is not None and a.dtype != logits.dtype:
-            raise ValueError(f"{name} is {a.dtype} but logits is {logits.dtype}: all inputs share one dtype")
+            raise BadRequest(f"{name} is {a.dtype} but logits is {logits.dtype}: all inputs share one dtype")
     if labels.shape != logits.shape:
-        raise ValueError(f"labels shape {labels.shape} differs from logits shape {logits.shape}")
+        raise BadRequest(f"labels shape {labels.shape} differs from logits shape {logits.shape}")
     if reduction == "none":
         if grad.shape != logits.shape:
-            raise ValueError(f"reduction='none' needs grad of the input's shape {logits.shape}, got {grad.shape}")
+            raise BadRequest(f"reduction='none' needs grad of the input's shape {logits.shape}, got {grad.shape}")
     elif grad.size != 1:
-        raise ValueError(f"reduction={reduction!r} takes one scalar grad, got shape {grad.shape}")
+        raise BadRequest(f"reduction={reduction!r} takes one scalar grad, got shape {grad.shape}")
     if weight is not None and weight.shape != logits.shape:
-        raise ValueError(f"weight shape {weight.shape} differs from logits shape {logits.shape}")
+        raise BadRequest(f"weight shape {weight.shape} differs from logits shape {logits.shape}")
     form = "none"
     if pos_weight is not None:
         if pos_weight.shape == logits.shape:
@@ -270,7 +269,7 @@ def _check_inputs(
             form = "last_dim"
         else:
             last = logits.shape[-1] if logits.ndim else "?"
-            raise ValueError(
+            raise BadRequest(
                 f"pos_weight shape {pos_weight.shape} is neither the input's shape {logits.shape} nor ({last},)"
             )
     return dtype, form
@@ -294,7 +293,7 @@ def bce_grad(
     """z for one BinaryCrossEntropyGrad call, computed by the real kernel source in the twin.
 
     The tiling comes from ``tiling_model.compute_tiling`` (``params`` fixes knobs); a twin fault
-    raises :class:`KernelFault`, bad input ``ValueError``. ``cores`` runs only those block
+    raises :class:`KernelFault`, bad input ``BadRequest`` (a ValueError). ``cores`` runs only those block
     indices (the rest of z stays zero): for checking tilings of tensors too big to run whole.
     ``flow`` builds the kernel as the kernel-launch library (default) or the custom-op package.
     """
@@ -308,12 +307,8 @@ def bce_grad(
     dtype, form = _check_inputs(
         arrays["grad"], arrays["logits"], arrays["labels"], arrays["weight"], arrays["pos_weight"], reduction
     )
-    try:
-        tiling = compute_tiling(
-            list(arrays["logits"].shape), dtype, reduction, params, soc, scheme, weight is not None, form, wrt
-        )
-    except (TilingError, UnsupportedError) as e:
-        raise ValueError(str(e)) from None
+    variant = Variant(dtype, reduction, weight is not None, form, wrt)  # type: ignore[arg-type]
+    tiling = compute_tiling(list(arrays["logits"].shape), variant, params, soc, scheme)  # type: ignore[arg-type]
     out = np.zeros(arrays["logits"].shape, dtype=arrays["logits"].dtype)
     run_tiling(tiling, arrays, out, cores=cores, flow=flow)
     return out

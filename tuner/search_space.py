@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from tiling_model import SocProfile, TilingParams
+from tiling_model import SocProfile, TilingParams, Variant
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TILE_STEP_BYTES, score_space
 from tiling_model.tiling import resolve_params
@@ -21,16 +21,12 @@ from tiling_model.tiling import resolve_params
 @dataclass(frozen=True)
 class SearchSpace:
     soc: SocProfile
-    dtype: str
-    reduction: str
-    weight: bool
-    pos_weight: str = "none"
-    wrt: str = "logit"
+    variant: Variant
 
     @property
     def kernel(self) -> ElementwiseKernel:
         # a last-dim pos_weight's UB use does not depend on C; 1 stands for any C
-        return bce_grad_kernel(self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt, classes=1)
+        return bce_grad_kernel(self.variant, classes=1)
 
     @property
     def buffer_choices(self) -> tuple[int, ...]:
