@@ -19,6 +19,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 lint: $(STAMP)

@@ -103,7 +103,7 @@ def terms(
         size = np.abs(p) + np.abs(y)
     s = np.abs(g) * size
     if weight is not None:
-        s = s * np.abs(_f64(weight))
+        s = s * np.abs(np.asarray(weight).astype(np.float64))
     if reduction == "mean":
         s = s / max(n or p.size, 1)
     return s

@@ -16,7 +16,7 @@ import uvicorn
 
 from service.config import Settings
 from service.store import load_snapshot
-from tiling_model.tables import TableError
+from tiling_model import TableError
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from service.logs import LOGGER, event
 from service.resolver import TilingResolver
-from tiling_model import BadRequest, compute_tiling, known_socs, load_soc, validate
-from tiling_model.tables import TableError, TuningTable, kernel_source_hash, load_table
+from tiling_model import BadRequest, TableError, compute_tiling, known_socs, load_soc, validate
+from tiling_model.tables import TuningTable, kernel_source_hash, load_table
 
 log = logging.getLogger(LOGGER)
 

@@ -160,7 +160,8 @@ class CalibrationResult:
 def _errors(soc: SocProfile, data: list[CalibrationCase]) -> np.ndarray:
     pred = np.array([predict_measurement(m, soc) for m in data])
     meas = np.array([m.measured_us for m in data])
-    return pred / meas - 1.0
+    errors: np.ndarray = pred / meas - 1.0
+    return errors
 
 
 def calibrate(soc: SocProfile, data: list[CalibrationCase], free: tuple[str, ...] = FREE_PARAMS) -> CalibrationResult:
@@ -177,10 +178,12 @@ def calibrate(soc: SocProfile, data: list[CalibrationCase], free: tuple[str, ...
     hi = np.array([min(BOUNDS[p][1], peaks.get(p, np.inf)) for p in free])
 
     def with_values(x: np.ndarray) -> SocProfile:
-        return replace(soc, **{p: float(v) for p, v in zip(free, x, strict=True)})
+        values: dict[str, Any] = {p: float(v) for p, v in zip(free, x, strict=True)}
+        return replace(soc, **values)
 
     def residual(x: np.ndarray) -> np.ndarray:
-        return np.log1p(_errors(with_values(x), data))
+        logs: np.ndarray = np.log1p(_errors(with_values(x), data))
+        return logs
 
     before = np.abs(_errors(soc, data))
     fit = least_squares(residual, np.clip(x0, lo, hi), bounds=(lo, hi), x_scale="jac", diff_step=1e-3)

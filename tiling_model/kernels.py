@@ -170,16 +170,20 @@ def bce_grad_kernel(variant: Variant, scheme: str = "exact", classes: int = 0) -
             raise BadRequest(
                 "the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit"
             )
-        full = ("grad", "logits", "labels", "weight") if reduction == "none" else ("logits", "labels", "weight")
-        scalar = () if reduction == "none" else ("grad",)
-        ops = (VectorOp("sub", elem), VectorOp("mul" if reduction == "none" else "muls", elem), VectorOp("mul", elem))
+        seed_full = ("grad", "logits", "labels", "weight") if reduction == "none" else ("logits", "labels", "weight")
+        seed_ops = (
+            VectorOp("sub", elem),
+            VectorOp("mul" if reduction == "none" else "muls", elem),
+            VectorOp("mul", elem),
+        )
+        seed_scalar = () if reduction == "none" else ("grad",)
         scalar_q = 0 if reduction == "none" else SEED_SCALAR_QUEUE_ELEMS * elem
-        return ElementwiseKernel("bce_grad/seed", dtype, full, ("z",), scalar, ops, 0, scalar_q)
+        return ElementwiseKernel("bce_grad/seed", dtype, seed_full, ("z",), seed_scalar, seed_ops, 0, scalar_q)
     if pos_weight == "last_dim" and classes < 1:
         raise BadRequest("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
     widen = dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem
-    full = (["grad"] if reduction == "none" else []) + ["logits", "labels"]
+    full: list[str] = (["grad"] if reduction == "none" else []) + ["logits", "labels"]
     full += ["weight"] if weight else []
     full += ["pos_weight"] if pos_weight != "none" else []
     ops: list[VectorOp] = [VectorOp("cast", 4)] * len(full) if widen else []
@@ -200,6 +204,6 @@ def bce_grad_kernel(variant: Variant, scheme: str = "exact", classes: int = 0) -
     if widen:
         ops.append(VectorOp("cast_f32_f16" if dtype == "float16" else "cast", 4))
     row = LAST_DIM_STAGE_ELEMS * elem if pos_weight == "last_dim" else 0
-    scalar = () if reduction == "none" else ("grad",)
+    scalar: tuple[str, ...] = () if reduction == "none" else ("grad",)
     name = f"bce_grad/{variant.wrt}" + (f"/pw_{pos_weight}" if pos_weight != "none" else "")
     return ElementwiseKernel(name, dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps)

@@ -74,7 +74,7 @@ def copy_us(
     nbytes: np.ndarray,
     points: tuple[tuple[float, float], ...],
     share_gbps: np.ndarray,
-    aligned: np.ndarray,
+    aligned: np.ndarray | bool,
     misaligned_factor: float,
 ) -> np.ndarray:
     """Time of one DMA of ``nbytes`` on one core (0 for 0 bytes)."""

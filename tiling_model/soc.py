@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from tiling_model.errors import BadRequest
 
@@ -42,7 +43,7 @@ class SocProfile:
     core_start_us: float
     misaligned_bw_factor: float
     sources: dict[str, str] = field(compare=False, hash=False)
-    calibration: dict | None = field(default=None, compare=False, hash=False)
+    calibration: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     profile_hash: str = field(default="", compare=False)
 
     @property
@@ -84,7 +85,7 @@ def load_soc(name: str) -> SocProfile:
     return SocProfile(**raw)
 
 
-def profile_to_json(profile: SocProfile) -> dict:
+def profile_to_json(profile: SocProfile) -> dict[str, Any]:
     """The profile as its JSON file holds it (without the derived hash)."""
     d = {f: getattr(profile, f) for f in SocProfile.__dataclass_fields__ if f != "profile_hash"}
     d["mte2_curve_kib_us"] = [list(p) for p in profile.mte2_curve_kib_us]

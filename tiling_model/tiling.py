@@ -233,7 +233,8 @@ def _tiles(count: int, tile_elems: int) -> tuple[int, int]:
 
 def _scale_bits(reduction: str, n: int) -> int:
     scale = 1.0 if reduction != "mean" else (1.0 / n if n else 0.0)
-    return struct.unpack("<I", struct.pack("<f", scale))[0]
+    bits: int = struct.unpack("<I", struct.pack("<f", scale))[0]
+    return bits
 
 
 def compute_tiling(

@@ -87,7 +87,10 @@ class CpuTwinBackend:
             d = self._cpu.DTYPES[v.dtype]
             shape = t.shape
             is_int = np.issubdtype(d, np.integer)
-            mk = lambda s, lo, hi: (rng.integers(-6, 7, s) if is_int else rng.uniform(lo, hi, s)).astype(d)  # noqa: E731
+
+            def mk(s: tuple[int, ...], lo: float, hi: float) -> np.ndarray:
+                return np.asarray(rng.integers(-6, 7, s) if is_int else rng.uniform(lo, hi, s)).astype(d)
+
             self._inputs[key] = {
                 "grad": mk(shape if v.reduction == "none" else (1,), 0.5, 2.0),
                 "logits": mk(shape, 0.02, 0.98),

@@ -12,9 +12,9 @@ import optuna
 
 from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
-from tiling_model import DTYPES, REDUCTIONS, known_socs
-from tiling_model.cliutil import Parser, positive_int
-from tiling_model.tables import TableError, load_table, write_table
+from tiling_model import DTYPES, REDUCTIONS, TableError, known_socs
+from tiling_model.cli.args import Parser, positive_int
+from tiling_model.tables import load_table, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure

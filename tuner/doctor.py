@@ -27,10 +27,19 @@ import numpy as np
 
 from kernel import npu
 from kernel.reference import wrong_elements
-from tiling_model import TilingData, TilingParams, Variant, compute_tiling, every_variant, known_socs, load_soc
+from tiling_model import (
+    TableError,
+    TilingData,
+    TilingParams,
+    Variant,
+    compute_tiling,
+    every_variant,
+    known_socs,
+    load_soc,
+)
 from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES
 from tiling_model.search import refit
-from tiling_model.tables import TableError, load_table
+from tiling_model.tables import load_table
 from tuner.sweep import TABLES_DIR
 
 BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "kernel" / "build.sh"
@@ -75,7 +84,7 @@ def golden_cases() -> list[GoldenCase]:
     return out
 
 
-def case_inputs(case: GoldenCase, seed: int) -> dict[str, np.ndarray | None]:
+def case_inputs(case: GoldenCase, seed: int) -> dict[str, Any]:
     """Inputs in the operator's domain (p in (0, 1), hard and soft labels; small ints)."""
     rng = np.random.default_rng(seed)
     v = case.variant

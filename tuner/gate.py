@@ -11,6 +11,7 @@ never touched cost no memory, so a 1Gi-element tiling is checked in about a seco
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def check_tiling(soc: str, n: int, variant: Variant, params: TilingParams, seed:
     for lo, count in windows:
         sl = slice(lo, lo + count)
 
-        def part(k: str, sl: slice = sl) -> np.ndarray | None:
+        def part(k: str, sl: slice = sl) -> Any:
             a = arrays.get(k)
             if a is None:
                 return None

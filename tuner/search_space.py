@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import optuna
 
-from tiling_model import SocProfile, TilingParams, Variant
+from tiling_model import BadRequest, SocProfile, TilingParams, Variant
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TILE_STEP_BYTES, score_space
-from tiling_model.tiling import resolve_params
+from tiling_model.tiling import KNOB_NAMES, resolve_params
 
 
 @dataclass(frozen=True)
@@ -54,13 +54,16 @@ class SearchSpace:
         return self.point_of(TilingParams(p.block_bytes, p.buffer_num, p.tile_bytes, p.core_num))
 
     def point_of(self, params: TilingParams) -> dict[str, float | int]:
-        """The trial parameters that reproduce ``params`` (tile as a fraction that rounds back to it)."""
-        bn = int(params.buffer_num)
+        """The trial parameters that reproduce ``params`` (every knob given; the tile as a fraction
+        that rounds back to it)."""
+        block, bn, tile, cores = (getattr(params, k) for k in KNOB_NAMES)
+        if None in (block, bn, tile, cores):
+            raise BadRequest(f"a search point needs every knob, got {params}")
         return {
-            "block_bytes": int(params.block_bytes),
-            "buffer_num": bn,
-            "tile_fraction": min(1.0, (int(params.tile_bytes) + TILE_STEP_BYTES / 2) / self.max_tile_bytes(bn)),
-            "core_num": int(params.core_num),
+            "block_bytes": int(block),
+            "buffer_num": int(bn),
+            "tile_fraction": min(1.0, (int(tile) + TILE_STEP_BYTES / 2) / self.max_tile_bytes(int(bn))),
+            "core_num": int(cores),
         }
 
     def model_best_points(self, n: int, k: int) -> list[dict[str, float | int]]:

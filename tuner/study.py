@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 
 from tiling_model import (
     InvalidTiling,
+    MeasurementError,
     SocProfile,
     TilingData,
     TilingParams,
@@ -24,7 +25,7 @@ from tiling_model import (
 )
 from tiling_model.tables import TableEntry
 from tiling_model.tiling import KNOB_NAMES
-from tuner.backends import Backend, MeasurementError
+from tuner.backends import Backend
 from tuner.key import StudyKey
 from tuner.protocol import MeasurementProtocol, measure, remeasure_interleaved, statistically_tied
 from tuner.records import RecordLog
@@ -96,8 +97,8 @@ def _objective(  # noqa: ANN202
         except MeasurementError as e:  # a kernel fault or timeout: this trial fails, the sweep goes on
             trial.set_user_attr("error", str(e))
             raise
-        for name, value in m.as_attrs().items():
-            trial.set_user_attr(name, value)
+        for attr, attr_value in m.as_attrs().items():
+            trial.set_user_attr(attr, attr_value)
         trial.set_user_attr("spread_us", m.iqr_us)
         if records is not None:
             records.write(key, backend.name, t, m, predicted)
@@ -122,11 +123,18 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     seeded = [t for t in done if "fixed_params" in t.system_attrs]
     pool = done
     if seeded:
-        best_seeded = min(t.value for t in seeded)
-        pool = seeded if all(t.value >= best_seeded * 0.999 for t in done) else done
-    fastest = min(t.value for t in pool)
-    tied = [t for t in pool if t.value <= fastest * 1.001]
-    return min(tied, key=lambda t: (*robust_order(t.user_attrs), t.value, t.number))
+        best_seeded = min(value_of(t) for t in seeded)
+        pool = seeded if all(value_of(t) >= best_seeded * 0.999 for t in done) else done
+    fastest = min(value_of(t) for t in pool)
+    tied = [t for t in pool if value_of(t) <= fastest * 1.001]
+    return min(tied, key=lambda t: (*robust_order(t.user_attrs), value_of(t), t.number))
+
+
+def value_of(trial: optuna.trial.FrozenTrial) -> float:
+    """The objective value of a completed trial (Optuna types it optional: only finished trials have one)."""
+    if trial.value is None:
+        raise MeasurementError(f"trial {trial.number} has no value (state {trial.state.name})")
+    return float(trial.value)
 
 
 def confirm_winner(
@@ -137,13 +145,13 @@ def confirm_winner(
     re-measurements are stored with the study (user attr ``confirm``)."""
     if backend.deterministic:
         best = best_trial(study)
-        return best, float(best.value), 0.0
+        return best, value_of(best), 0.0
     done = [
         t
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if "duplicate_of" not in t.user_attrs
     ]
-    top = sorted(done, key=lambda t: (t.value, t.number))[: protocol.confirm_top]
+    top = sorted(done, key=lambda t: (value_of(t), t.number))[: protocol.confirm_top]
     tilings = [compute_tiling([key.size], key.variant, TilingParams(*_params_of(t)), space.soc) for t in top]
     ms = remeasure_interleaved(backend, tilings, protocol)
     study.set_user_attr("confirm", {str(t.number): m.as_attrs() for t, m in zip(top, ms, strict=True)})
@@ -195,7 +203,7 @@ class _Patience:
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if not done:
             return
-        best = min(done, key=lambda t: (t.value, t.number))
+        best = min(done, key=lambda t: (value_of(t), t.number))
         if sum(t.number > best.number for t in done) >= self.trials:
             study.stop()
 

@@ -297,19 +297,14 @@ def bce_grad(
     indices (the rest of z stays zero): for checking tilings of tensors too big to run whole.
     ``flow`` builds the kernel as the kernel-launch library (default) or the custom-op package.
     """
-    arrays = {
-        "grad": np.ascontiguousarray(grad),
-        "logits": np.ascontiguousarray(logits),
-        "labels": np.ascontiguousarray(labels),
-        "weight": None if weight is None else np.ascontiguousarray(weight),
-        "pos_weight": None if pos_weight is None else np.ascontiguousarray(pos_weight),
-    }
-    dtype, form = _check_inputs(
-        arrays["grad"], arrays["logits"], arrays["labels"], arrays["weight"], arrays["pos_weight"], reduction
-    )
+    g, p, y = np.ascontiguousarray(grad), np.ascontiguousarray(logits), np.ascontiguousarray(labels)
+    w = None if weight is None else np.ascontiguousarray(weight)
+    pw = None if pos_weight is None else np.ascontiguousarray(pos_weight)
+    dtype, form = _check_inputs(g, p, y, w, pw, reduction)
+    arrays: dict[str, np.ndarray | None] = {"grad": g, "logits": p, "labels": y, "weight": w, "pos_weight": pw}
     variant = Variant(dtype, reduction, weight is not None, form, wrt)  # type: ignore[arg-type]
-    tiling = compute_tiling(list(arrays["logits"].shape), variant, params, soc, scheme)  # type: ignore[arg-type]
-    out = np.zeros(arrays["logits"].shape, dtype=arrays["logits"].dtype)
+    tiling = compute_tiling(list(p.shape), variant, params, soc, scheme)  # type: ignore[arg-type]
+    out = np.zeros(p.shape, dtype=p.dtype)
     run_tiling(tiling, arrays, out, cores=cores, flow=flow)
     return out
 

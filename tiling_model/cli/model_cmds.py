@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from tiling_model.calibrate import NAMED_KERNELS, calibrate, read_csv, read_jsonl
-from tiling_model.cliutil import knob_flags, parse_shape, positive_int, variant_flags
+from tiling_model.cli.args import SubParsers, knob_flags, parse_shape, positive_int, variant_flags
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
 from tiling_model.errors import BadRequest
-from tiling_model.kernels import VECTOR_OPS, bce_grad_kernel, elementwise_kernel
+from tiling_model.kernels import VECTOR_OPS, ElementwiseKernel, bce_grad_kernel, elementwise_kernel
 from tiling_model.soc import known_socs, load_soc, profile_to_json
 from tiling_model.space import score_space
 from tiling_model.tiling import SCHEMES, TilingError, TilingParams, element_count, tile_kernel
@@ -27,7 +28,7 @@ def _ops(text: str) -> list[str]:
     return ops
 
 
-def add_model_commands(sub: argparse._SubParsersAction) -> None:
+def add_model_commands(sub: SubParsers) -> None:
     p = sub.add_parser("predict", help="predict one launch of an elementwise or bce_grad kernel")
     p.add_argument("--soc", default="Ascend910B2")
     p.add_argument("--kernel", choices=("bce_grad", "elementwise", *NAMED_KERNELS), default="bce_grad")
@@ -65,7 +66,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--out-dir", type=Path, default=Path("docs"))
 
 
-def _kernel_from_args(a: argparse.Namespace):  # noqa: ANN202
+def _kernel_from_args(a: argparse.Namespace) -> ElementwiseKernel:
     if a.kernel == "bce_grad":
         classes = a.shape[-1] if a.pos_weight == "last_dim" and a.shape else 1
         return bce_grad_kernel(_variant(a), a.scheme, classes)
@@ -89,7 +90,7 @@ def _predict(a: argparse.Namespace) -> int:
     classes = a.shape[-1] if variant is not None and variant.pos_weight == "last_dim" and a.shape else 0
     t = tile_kernel(kernel, a.shape, params, soc, a.scheme, variant, classes)
     warm = a.l2 == "warm"
-    doc: dict[str, object] = {
+    doc: dict[str, Any] = {
         "soc": soc.name,
         "kernel": kernel.name,
         "params": t.params.as_dict(),

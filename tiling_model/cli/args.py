@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
 
@@ -10,8 +11,12 @@ from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
 class Parser(argparse.ArgumentParser):
     """argparse that fails with one line (and exit 2) instead of the usage block."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+#: The subcommand registry every command module adds its parser to.
+SubParsers = argparse._SubParsersAction[Parser]
 
 
 def positive_int(text: str) -> int:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from typing import Any
 
-from tiling_model.cliutil import Parser, knob_flags, parse_shape, variant_flags
+from tiling_model.cli.args import SubParsers, knob_flags, parse_shape, variant_flags
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS
 from tiling_model.errors import BadRequest
-from tiling_model.model_cli import add_model_commands, run_model_command
 from tiling_model.plan import core_plan
 from tiling_model.soc import known_socs
 from tiling_model.tiling import SCHEMES, TilingData, TilingParams, compute_tiling
@@ -19,9 +18,7 @@ from tiling_model.validate import validate
 from tiling_model.variant import Variant
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m tiling_model", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+def add_tiling_command(sub: SubParsers) -> None:
     t = sub.add_parser("tiling", help="compute, check and time one tiling")
     t.add_argument("--soc", default="Ascend910B2", help=f"one of {', '.join(known_socs())}")
     t.add_argument("--shape", type=parse_shape, required=True, help="dims, e.g. 1024,1024")
@@ -33,8 +30,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--l2", choices=("cold", "warm"), default="cold", help="L2 state for the prediction")
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.add_argument("--max-cores", type=int, default=8, help="cores listed in the text summary")
-    add_model_commands(sub)
-    return parser
 
 
 def tiling_report(t: TilingData, warm_l2: bool = False) -> dict[str, object]:
@@ -63,7 +58,7 @@ def tiling_report(t: TilingData, warm_l2: bool = False) -> dict[str, object]:
     }
 
 
-def _print_text(rep: dict, max_cores: int) -> None:
+def _print_text(rep: dict[str, Any], max_cores: int) -> None:
     p = rep["params"]
     print(
         f"{rep['soc']}  scheme={rep['scheme']}  block_bytes={p['block_bytes']} buffer_num={p['buffer_num']} "
@@ -93,10 +88,7 @@ def _print_text(rep: dict, max_cores: int) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command != "tiling":
-        return run_model_command(args)
+def run_tiling_command(args: argparse.Namespace) -> int:
     params = TilingParams(args.block_bytes, args.buffer_num, args.tile_bytes, args.core_num)
     try:
         variant = Variant(args.dtype, args.reduction, args.weight, args.pos_weight, args.wrt)

@@ -1,0 +1,29 @@
+"""``python -m tiling_model``: the tiling model from the command line.
+
+``tiling`` computes, checks and times one tiling (tiling_cmd); ``predict``, ``calibrate`` and ``plot``
+drive the cost model (model_cmds); ``args`` holds the argument parsing they share (and tuner's CLI uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from tiling_model.cli.args import Parser
+from tiling_model.cli.model_cmds import add_model_commands, run_model_command
+from tiling_model.cli.tiling_cmd import add_tiling_command, run_tiling_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="python -m tiling_model", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    add_tiling_command(sub)
+    add_model_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "tiling":
+        return run_tiling_command(args)
+    return run_model_command(args)
