@@ -23,8 +23,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service_load import SHAPES, lua_script, parse, start_server  # noqa: E402
 
+from kernel.sources import kernel_source_hash
 from tiling_model import TilingParams, Variant, compute_tiling, element_count, load_soc, validate  # noqa: E402
-from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table  # noqa: E402
+from tiling_model.tables import TableEntry, TuningTable, write_table  # noqa: E402
 
 VERSIONS = [
     {"block_bytes": 512, "buffer_num": 2, "tile_bytes": 8192, "core_num": 48},

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from kernel.sources import kernel_source_hash
 from service.logs import LOGGER, event
 from tiling_model import (
     InvalidTiling,
@@ -24,7 +25,7 @@ from tiling_model import (
     validate,
 )
 from tiling_model.search import model_best, refit
-from tiling_model.tables import TuningTable, kernel_source_hash
+from tiling_model.tables import TuningTable
 from tiling_model.tiling import KNOB_NAMES, TilingError, default_tile_bytes, element_count
 
 log = logging.getLogger(LOGGER)

@@ -12,10 +12,11 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kernel.sources import kernel_source_hash
 from service.logs import LOGGER, event
 from service.resolver import TilingResolver
 from tiling_model import BadRequest, TableError, compute_tiling, known_socs, load_soc, validate
-from tiling_model.tables import TuningTable, kernel_source_hash, load_table
+from tiling_model.tables import TuningTable, load_table
 
 log = logging.getLogger(LOGGER)
 

@@ -8,10 +8,11 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from kernel.sources import kernel_source_hash
 from service.app import create_app
 from service.config import Settings
 from tiling_model import Variant, load_soc
-from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
+from tiling_model.tables import TableEntry, TuningTable, write_table
 
 TABLES = Path(__file__).parent / ".fuzz-tables"
 TABLES.mkdir(exist_ok=True)

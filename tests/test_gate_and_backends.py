@@ -150,7 +150,7 @@ def small_table(path: Path, kernel_hash: str) -> dict:
 
 
 def test_regate_checks_every_entry_and_stamps_the_current_kernel_hash(tmp_path: Path) -> None:
-    from tiling_model.tables import kernel_source_hash
+    from kernel.sources import kernel_source_hash
 
     path = tmp_path / "Ascend910B2.json"
     before = small_table(path, "0123456789abcdef")

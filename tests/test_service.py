@@ -16,10 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kernel.sources import kernel_source_hash
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict, validate
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.space import score_space
-from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
+from tiling_model.tables import TableEntry, TuningTable, write_table
 
 GOOD = {"block_bytes": 1024, "buffer_num": 2, "tile_bytes": 8192, "core_num": 40}
 OTHER = {"block_bytes": 2048, "buffer_num": 1, "tile_bytes": 16384, "core_num": 32}

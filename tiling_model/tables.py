@@ -8,7 +8,6 @@ tuned sizes (the first bucket starts at 1, the last one is open-ended).
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 import math
 import os
@@ -113,26 +112,6 @@ class TuningTable:
             "versions": self.versions,
             "entries": [e.to_json() for e in sorted(self.entries, key=lambda e: (*variant_order(e.variant), e.size))],
         }
-
-
-#: What a table's kernel hash covers: the sources that decide what a tuned tiling does on the device
-#: (the kernel and the tiling struct it reads, and the host tiling arithmetic). The CANN glue around
-#: them (TilingFunc, OpDef, build files) does not change a tiling's result: compile tests cover it.
-KERNEL_HASHED_SOURCES = ("op_kernel/*.h", "op_kernel/*.cpp", "op_host/bce_grad_tiling_core.h")
-
-
-def kernel_source_hash() -> str:
-    """Hash of the kernel sources (``KERNEL_HASHED_SOURCES`` under ``kernel/``) next to this package.
-
-    Read as files, not imported: tiling_model depends on nothing else of bcetune. A table tuned or
-    gated against other kernel sources is stale.
-    """
-    root = Path(__file__).resolve().parent.parent / "kernel"
-    digest = hashlib.sha256()
-    files = sorted({f for pattern in KERNEL_HASHED_SOURCES for f in root.glob(pattern) if f.is_file()})
-    for f in files:
-        digest.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def _require(cond: bool, where: str, problem: str) -> None:

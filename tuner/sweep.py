@@ -13,9 +13,10 @@ from typing import Any
 import optuna
 from tqdm import tqdm
 
+from kernel.sources import kernel_source_hash
 from tiling_model import SocProfile, Variant, load_soc, valid_combinations
 from tiling_model.dtypes import FLOAT_DTYPES
-from tiling_model.tables import TableEntry, TuningTable, kernel_source_hash, write_table
+from tiling_model.tables import TableEntry, TuningTable, write_table
 from tuner.backends import Backend
 from tuner.gate import GateFailure, check_tiling
 from tuner.key import StudyKey

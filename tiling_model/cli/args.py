@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import NoReturn, TypeAlias
 
 from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
 
@@ -16,7 +16,7 @@ class Parser(argparse.ArgumentParser):
 
 
 #: The subcommand registry every command module adds its parser to.
-SubParsers = argparse._SubParsersAction[Parser]
+SubParsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 
 def positive_int(text: str) -> int:
