@@ -55,8 +55,9 @@ def test_seed_fields_for_1m_float16_by_hand() -> None:
 def test_seed_mean_mode_and_grad_scalar_overread() -> None:
     t = compute_tiling([4096], Variant("float32", "mean"), scheme="seed")
     assert t.tiling_key % 10 == 1 and t.fields.reduction == 2
-    msgs = [v.message for v in _oob(t)]
-    assert any("scalar grad read as 16 elements" in m for m in msgs)
+    [v] = [v for v in validate(t) if v.kind == "scalar_out_of_bounds"]
+    assert v.count == 15 and "scalar grad read as 16 elements" in v.message
+    assert _oob(t) == []  # 4096 float32 elements are whole 512-B blocks: no tensor is left
 
 
 def test_seed_ub_plan_exceeds_the_reserved_ub() -> None:
