@@ -163,47 +163,49 @@ def bce_grad_kernel(variant: Variant, scheme: str = "exact", classes: int = 0) -
     byte-granular DataCopyPad (that prologue is not in the simulator; it is L2-resident).
     ``classes`` only checks C >= 1: UB use does not depend on C.
     """
-    dtype, reduction, weight, pos_weight = variant.dtype, variant.reduction, variant.weight, variant.pos_weight
-    elem = DTYPE_BYTES[dtype]
     if scheme == "seed":
-        if not weight or pos_weight != "none" or variant.wrt != "logit":
-            raise BadRequest(
-                "the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit"
-            )
-        seed_full = ("grad", "logits", "labels", "weight") if reduction == "none" else ("logits", "labels", "weight")
-        seed_ops = (
-            VectorOp("sub", elem),
-            VectorOp("mul" if reduction == "none" else "muls", elem),
-            VectorOp("mul", elem),
-        )
-        seed_scalar = () if reduction == "none" else ("grad",)
-        scalar_q = 0 if reduction == "none" else SEED_SCALAR_QUEUE_ELEMS * elem
-        return ElementwiseKernel("bce_grad/seed", dtype, seed_full, ("z",), seed_scalar, seed_ops, 0, scalar_q)
-    if pos_weight == "last_dim" and classes < 1:
+        return _seed_kernel(variant)
+    if variant.pos_weight == "last_dim" and classes < 1:
         raise BadRequest("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
-    widen = dtype in FLOAT_DTYPES and elem == 2
+    v, elem = variant, DTYPE_BYTES[variant.dtype]
+    widen = v.dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem
-    full: list[str] = (["grad"] if reduction == "none" else []) + ["logits", "labels"]
-    full += ["weight"] if weight else []
-    full += ["pos_weight"] if pos_weight != "none" else []
-    ops: list[VectorOp] = [VectorOp("cast", 4)] * len(full) if widen else []
-    temps = 2 if widen else 0  # A = float(p), B = float(y) / scratch for the later casts
-    if pos_weight != "none":
-        # pw*y; pw*y - y; + 1 -> coef; coef*p; - pw*y (in place; the pw tile holds pw*y)
-        ops += [VectorOp(o, work) for o in ("mul", "sub", "adds", "mul", "sub")]
-        temps += 1 if widen else 0
-    elif variant.wrt == "probability":
+    full = (["grad"] if v.reduction == "none" else []) + ["logits", "labels"]
+    full += (["weight"] if v.weight else []) + (["pos_weight"] if v.pos_weight != "none" else [])
+    term_ops, term_temps = _term(v, widen)
+    ops = [VectorOp("cast", 4)] * len(full) if widen else []
+    ops += [VectorOp(o, work) for o in term_ops]
+    ops.append(VectorOp("mul" if v.reduction == "none" else "muls", work))  # grad (scaled by 1/N for mean)
+    ops += [VectorOp("mul", work)] if v.weight else []
+    ops += [VectorOp("cast_f32_f16" if v.dtype == "float16" else "cast", 4)] if widen else []
+    temps = (2 if widen else 0) + term_temps  # A = float(p), B = float(y) / scratch for the later casts
+    row = LAST_DIM_STAGE_ELEMS * elem if v.pos_weight == "last_dim" else 0
+    scalar = () if v.reduction == "none" else ("grad",)
+    name = f"bce_grad/{v.wrt}" + (f"/pw_{v.pos_weight}" if v.pos_weight != "none" else "")
+    return ElementwiseKernel(name, v.dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps)
+
+
+def _term(v: Variant, widen: bool) -> tuple[tuple[str, ...], int]:
+    """The instructions of the variant's term (before the grad and weight multiplies) and the extra
+    temporaries it needs, as bce_grad.h computes it."""
+    if v.pos_weight != "none":
+        # pw*y; pw*y - y; + 1 -> coef; coef*p; - pw*y (in place; the pw tile holds pw*y, or C = float(pw))
+        return ("mul", "sub", "adds", "mul", "sub"), 1 if widen else 0
+    if v.wrt == "probability":
         # C = max(p*(1 - p), 1e-12) in a temporary; (p - y) / C
-        ops += [VectorOp(o, work) for o in ("muls", "adds", "mul", "maxs", "sub", "div")]
-        temps += 1
-    else:
-        ops.append(VectorOp("sub", work))
-    ops.append(VectorOp("mul" if reduction == "none" else "muls", work))  # grad (scaled by 1/N for mean)
-    if weight:
-        ops.append(VectorOp("mul", work))
-    if widen:
-        ops.append(VectorOp("cast_f32_f16" if dtype == "float16" else "cast", 4))
-    row = LAST_DIM_STAGE_ELEMS * elem if pos_weight == "last_dim" else 0
-    scalar: tuple[str, ...] = () if reduction == "none" else ("grad",)
-    name = f"bce_grad/{variant.wrt}" + (f"/pw_{pos_weight}" if pos_weight != "none" else "")
-    return ElementwiseKernel(name, dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps)
+        return ("muls", "adds", "mul", "maxs", "sub", "div"), 1
+    return ("sub",), 0
+
+
+def _seed_kernel(v: Variant) -> ElementwiseKernel:
+    """The requirement's kernel: four VECIN queues and one VECOUT queue of full tiles (grad a
+    16-element queue for sum/mean), weight always read, computed natively in the I/O dtype."""
+    if not v.weight or v.pos_weight != "none" or v.wrt != "logit":
+        raise BadRequest("the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit")
+    elem = DTYPE_BYTES[v.dtype]
+    none = v.reduction == "none"
+    full = ("grad", "logits", "labels", "weight") if none else ("logits", "labels", "weight")
+    ops = (VectorOp("sub", elem), VectorOp("mul" if none else "muls", elem), VectorOp("mul", elem))
+    scalar = () if none else ("grad",)
+    scalar_q = 0 if none else SEED_SCALAR_QUEUE_ELEMS * elem
+    return ElementwiseKernel("bce_grad/seed", v.dtype, full, ("z",), scalar, ops, 0, scalar_q)

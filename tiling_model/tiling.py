@@ -193,34 +193,40 @@ def resolve_params(
     so a user can look at a tiling that breaks them.
     """
     p = params or TilingParams()
-    dtype = kernel.dtype
-    elem = DTYPE_BYTES[dtype]
     for name in KNOB_NAMES:
         v = getattr(p, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise TilingError(f"{name} must be a positive integer, got {v!r}")
     block = p.block_bytes if p.block_bytes is not None else SEED_BLOCK_BYTES
-    bn = p.buffer_num if p.buffer_num is not None else SEED_BUFFER_NUM
-    if p.buffer_num is None and scheme == "exact":
-        # double buffering unless the queue limit forbids it (five VECIN queues allow one buffer)
-        bn = max([b for b in kernel.allowed_buffer_nums() if b <= SEED_BUFFER_NUM] or [1])
     if block % 32:
         raise TilingError(f"block_bytes={block} is not a multiple of 32 (the UB block and GM copy unit)")
-    if p.tile_bytes is None:
-        if scheme == "seed":
-            tile = seed_tile_bytes(soc, block, bn)
-        else:
-            tile = default_tile_bytes(kernel, soc, block, bn)
-    else:
-        tile = p.tile_bytes
+    bn = p.buffer_num if p.buffer_num is not None else _default_buffer_num(kernel, scheme)
+    tile = p.tile_bytes if p.tile_bytes is not None else _default_tile(kernel, soc, scheme, block, bn)
+    _check_tile(tile, kernel.dtype, block, scheme)
+    cores = p.core_num if p.core_num is not None else soc.aiv_cores
+    return ResolvedParams(block, bn, tile, cores)
+
+
+def _default_buffer_num(kernel: ElementwiseKernel, scheme: str) -> int:
+    """The seed's 2; the exact scheme's double buffering unless the queue limit forbids it (five
+    VECIN queues allow one buffer)."""
+    if scheme != "exact":
+        return SEED_BUFFER_NUM
+    return max([b for b in kernel.allowed_buffer_nums() if b <= SEED_BUFFER_NUM] or [1])
+
+
+def _default_tile(kernel: ElementwiseKernel, soc: SocProfile, scheme: str, block: int, bn: int) -> int:
+    return seed_tile_bytes(soc, block, bn) if scheme == "seed" else default_tile_bytes(kernel, soc, block, bn)
+
+
+def _check_tile(tile: int, dtype: str, block: int, scheme: str) -> None:
+    elem = DTYPE_BYTES[dtype]
     if tile % elem:
         raise TilingError(f"tile_bytes={tile} is not a multiple of the {dtype} size ({elem} B)")
     if scheme == "seed" and tile % block:
         raise TilingError(
             f"the seed scheme tiles in whole blocks: tile_bytes={tile} is not a multiple of block_bytes={block}"
         )
-    cores = p.core_num if p.core_num is not None else soc.aiv_cores
-    return ResolvedParams(block, bn, tile, cores)
 
 
 def _tiles(count: int, tile_elems: int) -> tuple[int, int]:

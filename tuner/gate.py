@@ -10,14 +10,14 @@ never touched cost no memory, so a 1Gi-element tiling is checked in about a seco
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kernel import cpu
 from kernel.reference import wrong_elements
-from tiling_model import KernelFault, TilingParams, Variant, compute_tiling, core_plan
+from tiling_model import KernelFault, TilingData, TilingParams, Variant, compute_tiling, core_plan
 
 FULL_RUN_LIMIT = 1 << 22
 WINDOW = 1 << 16  # random elements at each end of a core in a partial run
@@ -49,68 +49,81 @@ def _fill(rng: np.random.Generator, a: np.ndarray, lo: int, hi: int, kind: str, 
 
 def check_tiling(soc: str, n: int, variant: Variant, params: TilingParams, seed: int = 0) -> GateResult:
     """Run ``params`` for ``n`` elements of this variant in the twin and check z; GateFailure if not right."""
-    dtype, reduction, weight, pos_weight, wrt = astuple(variant)
-    classes = GATE_CLASSES if pos_weight == "last_dim" else 1
-    shape = [n // classes, classes] if pos_weight == "last_dim" else [n]
+    classes = GATE_CLASSES if variant.pos_weight == "last_dim" else 1
+    shape = [n // classes, classes] if variant.pos_weight == "last_dim" else [n]
     t = compute_tiling(shape, variant, params, soc)
-    n = t.n
-    ranges = [(c.index, c.start, c.count) for c in core_plan(t)]
-    if n > FULL_RUN_LIMIT:
-        picks = {0, t.fields.tailBlockNum, t.block_dim - 1}
-        ranges = [r for r in ranges if r[0] in picks]
-    d = cpu.DTYPES[dtype]
-    is_int = np.issubdtype(d, np.integer)
-    rng = np.random.default_rng(seed)
-    flat = {k: np.zeros(n, dtype=d) for k in ("logits", "labels")}
-    if reduction == "none":
-        flat["grad"] = np.zeros(n, dtype=d)
-    if weight:
-        flat["weight"] = np.zeros(n, dtype=d)
-    if pos_weight == "full":
-        flat["pos_weight"] = np.zeros(n, dtype=d)
-    windows = []
-    for _, lo, count in ranges:
-        if n > FULL_RUN_LIMIT and count > 2 * WINDOW:
-            windows += [(lo, WINDOW), (lo + count - WINDOW, WINDOW)]
-        else:
-            windows.append((lo, count))
-    for lo, count in windows:
-        for k, a in flat.items():
-            _fill(rng, a, lo, lo + count, {"logits": "p", "labels": "y"}.get(k, "w"), is_int)
-    arrays: dict[str, np.ndarray | None] = {k: a.reshape(shape) for k, a in flat.items()}
-    if reduction != "none":
-        arrays["grad"] = rng.uniform(0.5, 2.0, 1).astype(d)
-    if pos_weight == "last_dim":
-        arrays["pos_weight"] = (rng.integers(-3, 4, classes) if is_int else rng.uniform(0.5, 3.0, classes)).astype(d)
-    out = np.zeros(shape, dtype=d)
+    what = f"{variant.dtype}/{variant.reduction}/n={t.n} {params}"
+    ranges, windows = _cores_and_windows(t)
+    arrays = _inputs(t, windows, classes, np.random.default_rng(seed))
+    out = np.zeros(shape, dtype=cpu.DTYPES[variant.dtype])
     try:
-        cpu.run_tiling(t, arrays, out, cores=[r[0] for r in ranges])
+        cpu.run_tiling(t, arrays, out, cores=[i for i, _, _ in ranges])
     except cpu.KernelFault as e:
-        raise GateFailure(f"{dtype}/{reduction}/n={n} {params}: twin fault: {e}") from None
+        raise GateFailure(f"{what}: twin fault: {e}") from None
     z = out.reshape(-1)
-    pw = arrays.get("pos_weight")
-    checked = 0
     bits = z.view(np.uint16 if z.itemsize == 2 else np.uint32)
     in_windows = sum(np.count_nonzero(bits[lo : lo + c]) for lo, c in windows)
     if sum(np.count_nonzero(bits[lo : lo + c]) for _, lo, c in ranges) != in_windows:
-        raise GateFailure(f"{dtype}/{reduction}/n={n} {params}: non-zero output where every input was zero")
+        raise GateFailure(f"{what}: non-zero output where every input was zero")
     for lo, count in windows:
-        sl = slice(lo, lo + count)
-
-        def part(k: str, sl: slice = sl) -> Any:
-            a = arrays.get(k)
-            if a is None:
-                return None
-            return a.reshape(-1)[sl] if a.size == n else a
-
-        g = part("grad")
-        pwp = None
-        if pw is not None:
-            pwp = pw.reshape(-1)[sl] if pos_weight == "full" else pw[np.arange(sl.start, sl.stop) % classes]
-        args = (g, part("logits"), part("labels"), part("weight"), pwp)
-        bad = wrong_elements(z[sl], *args, reduction, wrt, n)
+        bad = wrong_elements(z[lo : lo + count], *_window_inputs(t, arrays, lo, count, classes), t.n)
         if bad.size:
-            i = lo + int(bad[0])
-            raise GateFailure(f"{dtype}/{reduction}/n={n} {params}: {bad.size} wrong elements, first at {i}")
-        checked += count
-    return GateResult(len(ranges), checked)
+            raise GateFailure(f"{what}: {bad.size} wrong elements, first at {lo + int(bad[0])}")
+    return GateResult(len(ranges), sum(c for _, c in windows))
+
+
+def _cores_and_windows(t: TilingData) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """The cores to run (index, first element, count): all of them up to FULL_RUN_LIMIT elements, else
+    the first core, the first small core and the last core; and the windows of random input in them."""
+    ranges = [(c.index, c.start, c.count) for c in core_plan(t)]
+    if t.n <= FULL_RUN_LIMIT:
+        return ranges, [(lo, count) for _, lo, count in ranges]
+    picks = {0, t.fields.tailBlockNum, t.block_dim - 1}
+    ranges = [r for r in ranges if r[0] in picks]
+    windows = []
+    for _, lo, count in ranges:
+        windows += [(lo, WINDOW), (lo + count - WINDOW, WINDOW)] if count > 2 * WINDOW else [(lo, count)]
+    return ranges, windows
+
+
+def _inputs(
+    t: TilingData, windows: list[tuple[int, int]], classes: int, rng: np.random.Generator
+) -> dict[str, np.ndarray | None]:
+    """Inputs that are random in the windows and zero elsewhere (untouched zero pages cost no memory)."""
+    v, n = t.variant, t.n
+    d = cpu.DTYPES[v.dtype]
+    is_int = bool(np.issubdtype(d, np.integer))
+    names = ["logits", "labels"] + ["grad"] * (v.reduction == "none") + ["weight"] * v.weight
+    names += ["pos_weight"] * (v.pos_weight == "full")
+    flat = {k: np.zeros(n, dtype=d) for k in names}
+    for lo, count in windows:
+        for k, a in flat.items():
+            _fill(rng, a, lo, lo + count, {"logits": "p", "labels": "y"}.get(k, "w"), is_int)
+    arrays: dict[str, np.ndarray | None] = {k: a.reshape(t.shape) for k, a in flat.items()}
+    if v.reduction != "none":
+        arrays["grad"] = rng.uniform(0.5, 2.0, 1).astype(d)
+    if v.pos_weight == "last_dim":
+        arrays["pos_weight"] = (rng.integers(-3, 4, classes) if is_int else rng.uniform(0.5, 3.0, classes)).astype(d)
+    return arrays
+
+
+WindowArgs = tuple[Any, Any, Any, np.ndarray | None, np.ndarray | None, str, str]
+
+
+def _window_inputs(
+    t: TilingData, arrays: dict[str, np.ndarray | None], lo: int, count: int, classes: int
+) -> WindowArgs:
+    """The reference's arguments for elements [lo, lo + count): each input's window (a scalar grad
+    and a [C] pos_weight as the kernel sees them), then the reduction and wrt."""
+    v = t.variant
+
+    def part(k: str) -> np.ndarray | None:
+        a = arrays.get(k)
+        return None if a is None else (a.reshape(-1)[lo : lo + count] if a.size == t.n else a)
+
+    pw = arrays.get("pos_weight")
+    if pw is not None and v.pos_weight == "last_dim":
+        pw = pw[np.arange(lo, lo + count) % classes]
+    elif pw is not None:
+        pw = part("pos_weight")
+    return (part("grad"), part("logits"), part("labels"), part("weight"), pw, v.reduction, v.wrt)

@@ -188,23 +188,8 @@ def run_tiling(
         return RunResult(0, 0, dict.fromkeys(TENSOR_NAMES, 0), dict.fromkeys(TENSOR_NAMES, 0))
     workspace = np.zeros(max(tiling.workspace_bytes, 0), dtype=np.uint8)
     tiling_bytes = np.frombuffer(tiling.to_bytes(), dtype=np.uint8).copy()
-    keep: list[np.ndarray | None] = [
-        arrays.get("grad"),
-        arrays.get("logits"),
-        arrays.get("labels"),
-        arrays.get("weight"),
-        arrays.get("pos_weight"),
-        out,
-        workspace if workspace.size else None,
-        tiling_bytes,
-    ]
-    tensors = (_Tensor * 8)()
-    for i, (name, a) in enumerate(zip(TENSOR_NAMES, keep, strict=True)):
-        if a is not None and not a.flags.c_contiguous:
-            raise BadRequest(f"{name} must be C-contiguous")
-        tensors[i].name = name.encode()
-        tensors[i].data = a.ctypes.data if a is not None and a.size else None
-        tensors[i].bytes = a.nbytes if a is not None else 0
+    keep = [arrays.get(k) for k in TENSOR_NAMES[:5]] + [out, workspace if workspace.size else None, tiling_bytes]
+    tensors = _gm_tensors(keep)  # keep holds the arrays alive while the kernel runs
     which = (ctypes.c_int64 * max(len(cores or []), 1))(*(cores or [0]))
     stats = _Stats()
     io = (ctypes.c_uint64 * 16)()
@@ -230,6 +215,18 @@ def run_tiling(
         {n: int(io[2 * i]) for i, n in enumerate(TENSOR_NAMES)},
         {n: int(io[2 * i + 1]) for i, n in enumerate(TENSOR_NAMES)},
     )
+
+
+def _gm_tensors(arrays: list[np.ndarray | None]) -> ctypes.Array[_Tensor]:
+    """The launcher's view of the eight GM arguments (in TENSOR_NAMES order); absent ones are null."""
+    tensors = (_Tensor * len(TENSOR_NAMES))()
+    for i, (name, a) in enumerate(zip(TENSOR_NAMES, arrays, strict=True)):
+        if a is not None and not a.flags.c_contiguous:
+            raise BadRequest(f"{name} must be C-contiguous")
+        tensors[i].name = name.encode()
+        tensors[i].data = a.ctypes.data if a is not None and a.size else None
+        tensors[i].bytes = a.nbytes if a is not None else 0
+    return tensors
 
 
 def dtype_name(a: np.ndarray) -> str:
