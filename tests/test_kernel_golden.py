@@ -10,6 +10,9 @@ must fault wherever it leaves the tensors).
 
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -22,7 +25,7 @@ from kernel import cpu
 from kernel.reference import integer_reference, mismatches, reference, terms
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc
 from tiling_model.dtypes import DTYPE_BYTES
-from tiling_model.kernels import bce_grad_kernel
+from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, bce_grad_kernel
 from tiling_model.space import BLOCK_CHOICES
 from tiling_model.validate import validate
 
@@ -118,8 +121,7 @@ def check_case(
     assert result.bytes_read["logits"] == result.bytes_read["labels"] == nbytes
     assert result.bytes_read["grad"] == (nbytes if reduction == "none" else tiling.block_dim * out.itemsize)
     assert result.bytes_read["weight"] == (nbytes if weight else 0)
-    assert result.bytes_read["pos_weight"] == (nbytes if pos_weight == "full" else 0 if pos_weight == "none" else
-                                               result.bytes_read["pos_weight"])  # fmt: skip
+    assert result.bytes_read["pos_weight"] == pos_weight_bytes_read(tiling, pos_weight, nbytes)
     assert result.bytes_written["z"] == nbytes
     if dtype in INTS:
         ref = integer_reference(a["grad"], a["logits"], a["labels"], a["weight"], a["pos_weight"])
@@ -134,6 +136,17 @@ def check_case(
         f"{bad.size} of {out.size} elements off, first at {bad[0]}: got {out.reshape(-1)[bad[0]]!r}, "
         f"reference {ref.reshape(-1)[bad[0]]!r}"
     )
+
+
+def pos_weight_bytes_read(tiling, pos_weight: str, nbytes: int) -> int:  # noqa: ANN001
+    """Full: every element once. Last dim [C]: each core's prologue reads the row to build its periodic
+    window (C elements once when C < 256, replicated in UB; else tile + C elements in chunks); the
+    tiles then read the workspace, not pos_weight."""
+    if pos_weight != "last_dim":
+        return nbytes if pos_weight == "full" else 0
+    c, elem = tiling.fields.posWeightClasses, tiling.elem_bytes
+    per_core = c if c < LAST_DIM_SUPER_ELEMS else tiling.fields.tileDataNum + c
+    return tiling.block_dim * per_core * elem
 
 
 def expected_faults_of(tiling) -> set[str]:  # noqa: ANN001
@@ -220,11 +233,10 @@ def test_seed_scheme_faults_out_of_bounds_where_the_seed_leaves_the_tensors() ->
     assert mismatches(z, ref, terms(a["grad"], a["logits"], a["labels"], a["weight"]), False).size == 0
 
 
-def test_mean_scale_does_not_underflow_for_float16() -> None:
-    """The seed turns grad/N into a half scalar (0 for large N); the host's float 1/N does not underflow."""
+def test_mean_scale_does_not_underflow_for_float16(tmp_path) -> None:  # noqa: ANN001
+    """The seed turns grad/N into a half scalar (0 for large N): its Compute step, run in the twin, gives
+    z = 0; the host's float 1/N in bcetune's kernel gives the right subnormal value."""
     n = 2**25
-    seed_scale = np.float16(np.float32(1.0) / np.float32(n))  # the seed keeps grad/N as a half scalar
-    assert seed_scale == 0.0
     p = np.full(n, 0.75, dtype=np.float16)
     y = np.zeros(n, dtype=np.float16)
     w = np.full(n, 1000.0, dtype=np.float16)
@@ -232,7 +244,20 @@ def test_mean_scale_does_not_underflow_for_float16() -> None:
     z = cpu.bce_grad(g, p, y, w, reduction="mean", cores=[0, 47])  # two cores are enough to see it
     expected = np.float16(1000.0 * 0.75 / n)  # 2.24e-05, a float16 subnormal
     assert expected != 0 and np.all(z[:100] == expected) and np.all(z[-100:] == expected)
-    assert seed_scale * w[0] * (p[0] - y[0]) == 0  # the seed's result for the same element
+
+    lib_path = tmp_path / "seed_mean_half.so"
+    cpu.compile_twin(Path(__file__).parent / "cpp" / "seed_mean_half.cpp", lib_path)
+    lib = ctypes.CDLL(str(lib_path))
+    u16p = ctypes.POINTER(ctypes.c_uint16)
+    lib.seed_mean_half.argtypes = [u16p, u16p, u16p, ctypes.c_uint16, ctypes.c_double, u16p, ctypes.c_char_p,
+                                   ctypes.c_ulong]  # fmt: skip
+    tile = [np.ascontiguousarray(a[:256]) for a in (p, y, w)]
+    seed_z = np.full(256, 1.0, dtype=np.float16)
+    err = ctypes.create_string_buffer(512)
+    ptr = lambda a: a.ctypes.data_as(u16p)  # noqa: E731
+    rc = lib.seed_mean_half(*(ptr(a) for a in tile), int(g.view(np.uint16)[0]), float(n), ptr(seed_z), err, 512)
+    assert rc == 0, err.value
+    assert np.all(seed_z == 0)  # the seed's result for the same elements: the gradient vanishes
 
 
 # ------------------------------------------------------------------ random cases (hypothesis)

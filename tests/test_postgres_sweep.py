@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -43,7 +44,6 @@ def database() -> str:
     with admin.connect() as c:
         c.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
     yield URL.rsplit("/", 1)[0] + "/" + name
-    optuna.storages.RDBStorage  # noqa: B018 (keep import used)
     with admin.connect() as c:
         c.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
     admin.dispose()
@@ -95,11 +95,16 @@ def test_two_workers_share_the_studies_and_match_one_worker(database: str, tmp_p
 
 def test_an_interrupted_sweep_resumes(database: str, tmp_path: Path) -> None:
     p = sweep(database, tmp_path / "x.json")
-    try:
-        p.wait(timeout=4)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    storage = optuna.storages.RDBStorage(database)
+    deadline = time.monotonic() + 300
+    while p.poll() is None and time.monotonic() < deadline and len(optuna.get_all_study_summaries(storage)) < 3:
+        time.sleep(0.2)
+    assert p.poll() is None, "the sweep ended before it could be interrupted"
+    p.kill()
+    p.wait()
+    started = len(optuna.get_all_study_summaries(storage))
+    storage.remove_session()
+    assert 3 <= started < 18 and not (tmp_path / "x.json").exists()  # killed mid-sweep: no table yet
     again = sweep(database, tmp_path / "y.json")
     _, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
