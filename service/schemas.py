@@ -6,12 +6,15 @@ Every rule a request can break is checked here, so routes never see bad input an
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from tiling_model import Dtype, PosWeightForm, Reduction, Variant, Wrt, known_socs, load_soc
+from tiling_model import Dtype, PosWeightForm, Reduction, SocProfile, Variant, Wrt, known_socs, load_soc
 from tiling_model.dtypes import INT_DTYPES
+
+if TYPE_CHECKING:
+    from service.store import LoadedTable
 
 MAX_DIMS = 8
 MAX_DIM = 2**31 - 1
@@ -280,6 +283,23 @@ class SocInfo(BaseModel):
     profile_hash: str
     calibrated: bool
 
+    @classmethod
+    def of(cls, p: SocProfile) -> SocInfo:
+        return cls(
+            name=p.name,
+            family=p.family,
+            aiv_cores=p.aiv_cores,
+            ub_bytes=p.ub_bytes,
+            ub_usable_bytes=p.ub_usable_bytes,
+            clock_mhz=p.clock_mhz,
+            hbm_gbps=p.hbm_gbps,
+            hbm_peak_gbps=p.hbm_peak_gbps,
+            l2_bytes=p.l2_bytes,
+            launch_us=p.launch_us,
+            profile_hash=p.profile_hash,
+            calibrated=p.calibration is not None,
+        )
+
 
 class TableInfo(BaseModel):
     model_config = ConfigDict(
@@ -314,20 +334,50 @@ class TableInfo(BaseModel):
     stale: bool
     stale_reasons: list[str]
 
+    @classmethod
+    def of(cls, soc: str, lt: LoadedTable) -> TableInfo:
+        t = lt.table
+        return cls(
+            soc=soc,
+            path=str(lt.path),
+            schema_version=t.schema_version,
+            backend=t.backend,
+            created=t.created,
+            entries=len(t.entries),
+            invalid_entries=len(lt.invalid),
+            soc_profile_hash=t.soc_profile_hash,
+            kernel_hash=t.kernel_hash,
+            stale=bool(lt.stale),
+            stale_reasons=list(lt.stale),
+        )
+
 
 class TablesResponse(BaseModel):
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"tables": ["<TableInfo>"], "reloads": 3, "last_reload_error": None}]}
+        json_schema_extra={
+            "examples": [{"tables": ["<TableInfo>"], "reloads": 3, "failed_reloads": 0, "last_reload_error": None}]
+        }
     )
 
     tables: list[TableInfo]
     reloads: int
+    failed_reloads: int = Field(description="reloads refused (a bad new table): the old tables kept serving")
     last_reload_error: str | None
 
 
 class ReadyResponse(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"ready": True, "tables": 5, "socs": ["Ascend910B2"]}]})
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"ready": True, "tables": 5, "socs": ["Ascend910B2"], "empty": []}]}
+    )
 
     ready: bool
     tables: int
     socs: list[str]
+    empty: list[str] = Field(description="SoCs whose table has no entry that validates (not ready while any)")
+
+
+#: The error answers every POST documents.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": ErrorResponse, "description": "request body over the size limit"},
+    422: {"model": ErrorResponse, "description": "a field breaks a rule (loc names it, msg says which)"},
+}

@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from kernel.sources import kernel_source_hash
-from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict, validate
+from service.schemas import BatchResponse, ReadyResponse, SocInfo, TablesResponse, TilingResponse
+from tiling_model import TilingParams, Variant, compute_tiling, known_socs, load_soc, predict, validate
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.space import score_space
 from tiling_model.tables import TableEntry, TuningTable, write_table
@@ -103,11 +104,48 @@ def post(server: Server, body: object) -> httpx.Response:
 
 def test_health_ready_docs(server: Server) -> None:
     assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
-    assert httpx.get(server.url + "/readyz").json() == {"ready": True, "tables": 1, "socs": ["Ascend910B2"]}
+    assert httpx.get(server.url + "/readyz").json() == {
+        "ready": True,
+        "tables": 1,
+        "socs": ["Ascend910B2"],
+        "empty": [],
+    }
     assert httpx.get(server.url + "/docs").status_code == 200
     spec = httpx.get(server.url + "/openapi.json").json()
     assert {"/tiling", "/tiling/batch", "/socs", "/tables", "/metrics", "/readyz"} <= set(spec["paths"])
     assert spec["components"]["schemas"]["TilingRequest"]["examples"]
+
+
+def test_every_200_is_its_documented_model(server: Server) -> None:
+    """The routes answer with orjson bytes (no model round trip on the hot path): here every 200
+    body is parsed strictly as the response model the route declares."""
+    req = {"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"}
+    cases = [
+        (post(server, req), TilingResponse),
+        (post(server, {"shape": [999999], "dtype": "float16", "reduction": "mean"}), TilingResponse),  # bucket
+        (post(server, {"shape": [77], "dtype": "bfloat16", "soc": "Ascend910B4"}), TilingResponse),  # model
+        (post(server, {"shape": [77], "dtype": "int16", "params": {"buffer_num": 1}}), TilingResponse),
+        (server.post("/tiling/batch", {"requests": [req, req]}), BatchResponse),
+        (httpx.get(server.url + "/tables"), TablesResponse),
+        (httpx.get(server.url + "/readyz"), ReadyResponse),
+    ]
+    for r, model in cases:
+        assert r.status_code == 200, r.text
+        model.model_validate_json(r.text, strict=True)
+    socs = httpx.get(server.url + "/socs")
+    assert [SocInfo.model_validate(s, strict=True).name for s in socs.json()] == list(known_socs())
+
+
+def test_readyz_is_503_while_a_table_has_no_entry_that_validates(tmp_path: Path) -> None:
+    write_table(make_table([entry("float32", "none", 1 << 20, BROKEN)]), tmp_path / "Ascend910B2.json")
+    srv = Server(tmp_path, "--reload-interval", "0")
+    try:
+        r = httpx.get(srv.url + "/readyz")
+        assert r.status_code == 503 and r.json() == {"ready": False, "tables": 1, "socs": ["Ascend910B2"],
+                                                     "empty": ["Ascend910B2"]}  # fmt: skip
+        assert post(srv, {"shape": [8], "dtype": "float32"}).json()["source"] == "model"  # still answers
+    finally:
+        srv.stop()
 
 
 def test_socs_lists_every_profile(server: Server) -> None:
@@ -332,7 +370,8 @@ def test_tables_reload_on_change_and_sighup_and_refuse_bad_files(tmp_path: Path)
         path.write_text("{ not json")  # a bad new table: refused, the old one keeps serving
         _wait_for(lambda: httpx.get(srv.url + "/tables").json()["last_reload_error"] is not None)
         assert srv.post("/tiling", body).json()["params"] == OTHER
-        assert "not valid JSON" in httpx.get(srv.url + "/tables").json()["last_reload_error"]
+        refused = httpx.get(srv.url + "/tables").json()
+        assert "not valid JSON" in refused["last_reload_error"] and refused["failed_reloads"] == 1
         write_table(make_table([entry("float16", "mean", 1 << 20, GOOD)], profile_hash="0" * 16), path)
         _wait_for(lambda: srv.post("/tiling", body).json()["params"] == GOOD)
         (t,) = httpx.get(srv.url + "/tables").json()["tables"]

@@ -1,0 +1,1 @@
+"""The service's routes, one router per concern: tiling, tables (and SoCs), health, metrics."""

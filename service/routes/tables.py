@@ -1,0 +1,32 @@
+"""``GET /tables`` and ``/socs``: what the service serves from, and the SoC profiles it knows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from service.deps import StoreDep, json_bytes
+from service.schemas import SocInfo, TableInfo, TablesResponse
+from tiling_model import known_socs, load_soc
+
+router = APIRouter(tags=["tables"])
+
+
+@router.get("/socs", response_model=list[SocInfo])
+async def socs() -> Any:
+    """The SoC profiles the service knows."""
+    return json_bytes([SocInfo.of(load_soc(name)).model_dump() for name in known_socs()])
+
+
+@router.get("/tables", response_model=TablesResponse)
+async def tables(store: StoreDep) -> Any:
+    """Per SoC: provenance, entry counts and staleness against the running code; reload history."""
+    infos = [TableInfo.of(soc, lt).model_dump() for soc, lt in sorted(store.snapshot.tables.items())]
+    doc = {
+        "tables": infos,
+        "reloads": store.reloads,
+        "failed_reloads": store.failed_reloads,
+        "last_reload_error": store.last_error,
+    }
+    return json_bytes(doc)
