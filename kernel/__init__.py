@@ -1,9 +1,14 @@
 """The Ascend C BinaryCrossEntropyGrad kernel sources and their runners.
 
-``op_kernel/`` holds the kernel side (the tiling struct shared with the host lives here);
-``op_host/`` the host tiling. The kernel body, its CPU twin and the torch_npu runner arrive
-with the kernel issue; the struct layout is fixed now so the Python model serialises the
-exact bytes the kernel will read.
+``op_kernel/`` is the kernel (and the tiling struct shared with the host), ``op_host/`` the CANN
+host side, ``cpu/`` the CPU twin that runs the same source, ``npu.py`` the torch_npu runner,
+``reference.py`` the float64 reference, ``sources.py`` the kernel's hash.
+
+Names: the requirement's formula is ``z = weight * grad * (p - y)`` and it calls the predicted
+probabilities ``logits`` and the targets ``labels``. The kernel keeps those names at the CANN
+boundary (its entry parameters, the GM tensors the twin reports faults on, the OpDef inputs);
+bcetune's own Python API says ``p`` and ``y``. ``grad``, ``weight`` and ``pos_weight`` are the same
+on both sides.
 """
 
 from __future__ import annotations

@@ -116,8 +116,8 @@ def launch(rt: NpuRuntime, tiling: TilingData, dev: tuple[Any, Any], tensors: di
 
 def bce_grad(
     grad: Any,
-    logits: Any,
-    labels: Any,
+    p: Any,
+    y: Any,
     weight: Any = None,
     pos_weight: Any = None,
     *,
@@ -125,16 +125,17 @@ def bce_grad(
     wrt: str = "logit",
     params: TilingParams | None = None,
 ) -> Any:
-    """z on the NPU for torch tensors already on the device (contiguous, one dtype)."""
+    """z on the NPU for torch tensors already on the device (contiguous, one dtype); ``p`` and ``y``
+    are the requirement's ``logits`` and ``labels``."""
     rt = runtime()
-    dtype = str(logits.dtype).removeprefix("torch.")
+    dtype = str(p.dtype).removeprefix("torch.")
     if dtype not in TORCH_DTYPES:
         raise BadRequest(f"unsupported dtype {dtype}; the kernel takes {', '.join(TORCH_DTYPES)}")
-    form = "none" if pos_weight is None else ("full" if pos_weight.shape == logits.shape else "last_dim")
+    form = "none" if pos_weight is None else ("full" if pos_weight.shape == p.shape else "last_dim")
     variant = Variant(dtype, reduction, weight is not None, form, wrt)  # type: ignore[arg-type]
-    tiling = compute_tiling(list(logits.shape), variant, params, rt.soc)
-    z = rt.torch.empty_like(logits)
-    tensors = {"grad": grad, "logits": logits, "labels": labels, "weight": weight, "pos_weight": pos_weight}
+    tiling = compute_tiling(list(p.shape), variant, params, rt.soc)
+    z = rt.torch.empty_like(p)
+    tensors = {"grad": grad, "logits": p, "labels": y, "weight": weight, "pos_weight": pos_weight}
     dev = device_tiling(rt, tiling)
     launch(rt, tiling, dev, {k: (None if v is None else v.contiguous()) for k, v in tensors.items()}, z)
     return z

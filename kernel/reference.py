@@ -30,10 +30,10 @@ def _broadcast(pos_weight: np.ndarray | None, shape: tuple[int, ...]) -> np.ndar
 
 
 def _operands(
-    grad: np.ndarray, logits: np.ndarray, labels: np.ndarray, pos_weight: np.ndarray | None, reduction: str
+    grad: np.ndarray, p: np.ndarray, y: np.ndarray, pos_weight: np.ndarray | None, reduction: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """p, y, g (a scalar for sum/mean) and pos_weight broadcast to p's shape, all in float64."""
-    p, y, g = (np.asarray(a).astype(np.float64) for a in (logits, labels, grad))
+    p, y, g = (np.asarray(a).astype(np.float64) for a in (p, y, grad))
     if reduction != "none":
         g = g.reshape(())
     return p, y, g, _broadcast(_f64(pos_weight), p.shape)
@@ -41,8 +41,8 @@ def _operands(
 
 def reference(
     grad: np.ndarray,
-    logits: np.ndarray,
-    labels: np.ndarray,
+    p: np.ndarray,
+    y: np.ndarray,
     weight: np.ndarray | None = None,
     pos_weight: np.ndarray | None = None,
     reduction: str = "none",
@@ -50,7 +50,7 @@ def reference(
     n: int | None = None,
 ) -> np.ndarray:
     """z in float64; ``n`` is the N that mean divides by (default: these elements, a slice may say more)."""
-    p, y, g, pw = _operands(grad, logits, labels, pos_weight, reduction)
+    p, y, g, pw = _operands(grad, p, y, pos_weight, reduction)
     if wrt == "probability":
         t = (p - y) / np.maximum(p * (1 - p), PROB_EPS)
     elif pw is not None:
@@ -67,25 +67,26 @@ def reference(
 
 def integer_reference(
     grad: np.ndarray,
-    logits: np.ndarray,
-    labels: np.ndarray,
+    p: np.ndarray,
+    y: np.ndarray,
     weight: np.ndarray | None = None,
     pos_weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """The int kernel's formula in int64 (reduction none, wrt logit), wrapped to the input dtype."""
-    p, y, g = (np.asarray(a).astype(np.int64) for a in (logits, labels, grad))
+    out_dtype = np.asarray(p).dtype
+    p, y, g = (np.asarray(a).astype(np.int64) for a in (p, y, grad))
     pw = _broadcast(None if pos_weight is None else np.asarray(pos_weight).astype(np.int64), p.shape)
     t = (pw * y + 1 - y) * p - pw * y if pw is not None else p - y
     z = g * t
     if weight is not None:
         z = z * np.asarray(weight).astype(np.int64)
-    return z.astype(np.asarray(logits).dtype)
+    return z.astype(out_dtype)
 
 
 def terms(
     grad: np.ndarray,
-    logits: np.ndarray,
-    labels: np.ndarray,
+    p: np.ndarray,
+    y: np.ndarray,
     weight: np.ndarray | None = None,
     pos_weight: np.ndarray | None = None,
     reduction: str = "none",
@@ -93,7 +94,7 @@ def terms(
     n: int | None = None,
 ) -> np.ndarray:
     """Magnitude of the partial results the kernel rounds (|w g| times the summed term sizes)."""
-    p, y, g, pw = _operands(grad, logits, labels, pos_weight, reduction)
+    p, y, g, pw = _operands(grad, p, y, pos_weight, reduction)
     if wrt == "probability":
         den = np.maximum(p * (1 - p), PROB_EPS)
         size = (np.abs(p) + np.abs(y)) / den
@@ -143,8 +144,8 @@ def mismatches(z: np.ndarray, ref: np.ndarray, size: np.ndarray, cancels: bool) 
 def wrong_elements(
     z: np.ndarray,
     grad: np.ndarray,
-    logits: np.ndarray,
-    labels: np.ndarray,
+    p: np.ndarray,
+    y: np.ndarray,
     weight: np.ndarray | None = None,
     pos_weight: np.ndarray | None = None,
     reduction: str = "none",
@@ -153,7 +154,7 @@ def wrong_elements(
 ) -> np.ndarray:
     """Indices where a kernel output ``z`` is off the reference: ints exactly, floats within the
     dtype's tolerance. ``pos_weight`` may be full or [C]; ``n`` as in ``reference``."""
-    args = (grad, logits, labels, weight, pos_weight)
+    args = (grad, p, y, weight, pos_weight)
     if np.issubdtype(z.dtype, np.integer):
         return np.flatnonzero(z != integer_reference(*args))
     ref = reference(*args, reduction, wrt, n)

@@ -19,8 +19,8 @@ def arrays(n: int = 10, dtype: type = F) -> tuple[np.ndarray, np.ndarray, np.nda
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda g, p, y: cpu.bce_grad(g, p, y[:5]), r"labels shape \(5,\) differs from logits shape \(10,\)"),
-        (lambda g, p, y: cpu.bce_grad(g, p, y.astype(np.float16)), "labels is float16 but logits is float32"),
+        (lambda g, p, y: cpu.bce_grad(g, p, y[:5]), r"y shape \(5,\) differs from p shape \(10,\)"),
+        (lambda g, p, y: cpu.bce_grad(g, p, y.astype(np.float16)), "y is float16 but p is float32"),
         (lambda g, p, y: cpu.bce_grad(g, p, y, reduction="sum"), r"reduction='sum' takes one scalar grad"),
         (lambda g, p, y: cpu.bce_grad(g[:3], p, y), r"reduction='none' needs grad of the input's shape"),
         (lambda g, p, y: cpu.bce_grad(g, p, y, np.ones(3, F)), r"weight shape \(3,\) differs"),

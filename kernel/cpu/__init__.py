@@ -238,44 +238,44 @@ def dtype_name(a: np.ndarray) -> str:
 
 def _check_inputs(
     grad: np.ndarray,
-    logits: np.ndarray,
-    labels: np.ndarray,
+    p: np.ndarray,
+    y: np.ndarray,
     weight: np.ndarray | None,
     pos_weight: np.ndarray | None,
     reduction: str,
 ) -> tuple[str, str]:
     """Validate shapes and dtypes as the operator defines them; returns (dtype, pos_weight form)."""
-    dtype = dtype_name(logits)
-    for name, a in (("labels", labels), ("grad", grad), ("weight", weight), ("pos_weight", pos_weight)):
-        if a is not None and a.dtype != logits.dtype:
-            raise BadRequest(f"{name} is {a.dtype} but logits is {logits.dtype}: all inputs share one dtype")
-    if labels.shape != logits.shape:
-        raise BadRequest(f"labels shape {labels.shape} differs from logits shape {logits.shape}")
+    dtype = dtype_name(p)
+    for name, a in (("y", y), ("grad", grad), ("weight", weight), ("pos_weight", pos_weight)):
+        if a is not None and a.dtype != p.dtype:
+            raise BadRequest(f"{name} is {a.dtype} but p is {p.dtype}: all inputs share one dtype")
+    if y.shape != p.shape:
+        raise BadRequest(f"y shape {y.shape} differs from p shape {p.shape}")
     if reduction == "none":
-        if grad.shape != logits.shape:
-            raise BadRequest(f"reduction='none' needs grad of the input's shape {logits.shape}, got {grad.shape}")
+        if grad.shape != p.shape:
+            raise BadRequest(f"reduction='none' needs grad of the input's shape {p.shape}, got {grad.shape}")
     elif grad.size != 1:
         raise BadRequest(f"reduction={reduction!r} takes one scalar grad, got shape {grad.shape}")
-    if weight is not None and weight.shape != logits.shape:
-        raise BadRequest(f"weight shape {weight.shape} differs from logits shape {logits.shape}")
+    if weight is not None and weight.shape != p.shape:
+        raise BadRequest(f"weight shape {weight.shape} differs from logits shape {p.shape}")
     form = "none"
     if pos_weight is not None:
-        if pos_weight.shape == logits.shape:
+        if pos_weight.shape == p.shape:
             form = "full"
-        elif logits.ndim >= 1 and pos_weight.shape == (logits.shape[-1],):
+        elif p.ndim >= 1 and pos_weight.shape == (p.shape[-1],):
             form = "last_dim"
         else:
-            last = logits.shape[-1] if logits.ndim else "?"
+            last = p.shape[-1] if p.ndim else "?"
             raise BadRequest(
-                f"pos_weight shape {pos_weight.shape} is neither the input's shape {logits.shape} nor ({last},)"
+                f"pos_weight shape {pos_weight.shape} is neither the input's shape {p.shape} nor ({last},)"
             )
     return dtype, form
 
 
 def bce_grad(
     grad: np.ndarray,
-    logits: np.ndarray,
-    labels: np.ndarray,
+    p: np.ndarray,
+    y: np.ndarray,
     weight: np.ndarray | None = None,
     pos_weight: np.ndarray | None = None,
     *,
@@ -294,10 +294,11 @@ def bce_grad(
     indices (the rest of z stays zero): for checking tilings of tensors too big to run whole.
     ``flow`` builds the kernel as the kernel-launch library (default) or the custom-op package.
     """
-    g, p, y = np.ascontiguousarray(grad), np.ascontiguousarray(logits), np.ascontiguousarray(labels)
+    g, p, y = np.ascontiguousarray(grad), np.ascontiguousarray(p), np.ascontiguousarray(y)
     w = None if weight is None else np.ascontiguousarray(weight)
     pw = None if pos_weight is None else np.ascontiguousarray(pos_weight)
     dtype, form = _check_inputs(g, p, y, w, pw, reduction)
+    # the kernel's GM tensors keep the requirement's names (see kernel/__init__.py)
     arrays: dict[str, np.ndarray | None] = {"grad": g, "logits": p, "labels": y, "weight": w, "pos_weight": pw}
     variant = Variant(dtype, reduction, weight is not None, form, wrt)  # type: ignore[arg-type]
     tiling = compute_tiling(list(p.shape), variant, params, soc, scheme)  # type: ignore[arg-type]
