@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-service soak-service bench-tiling-key doctor clean
+.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-service soak-service bench-tiling-key doctor mutants clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ doctor: $(STAMP)
 # Why the tiling key travels in the struct: code and compile time of per-key kernels (g++ stand-in).
 bench-tiling-key: $(STAMP)
 	$(PY) benchmarks/tiling_key_binary_size.py
+
+# Mutation testing of the tiling arithmetic and its rules (mutmut, configured in pyproject.toml): a report.
+mutants: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check mutmut
+	rm -rf mutants && $(PY) -m mutmut run; $(PY) -m mutmut results
 
 # Cost-model speed (single prediction, whole-space scoring): a benchmark, not a test.
 bench-model: $(STAMP)

@@ -76,14 +76,19 @@ def test_gate_rejects_wrong_output_and_faults(monkeypatch: pytest.MonkeyPatch, h
         check_tiling("Ascend910B2", n, Variant("float32"), TilingParams())
 
 
-def test_a_gate_failure_writes_no_table_and_says_why(tmp_path: Path) -> None:
-    """A kernel that computes wrongly (here: the twin built from a tampered source) must not ship."""
+def tampered_checkout(tmp_path: Path) -> None:
+    """A checkout in tmp_path whose kernel computes p + y where it should compute p - y."""
     tampered = tmp_path / "kernel"
     subprocess.run(["cp", "-r", str(ROOT / "kernel"), str(tampered)], check=True)
     src = tampered / "op_kernel" / "bce_grad.h"
     src.write_text(src.read_text().replace("Sub(p, p, y, n);", "Add(p, p, y, n);"))
     for pkg in ("tiling_model", "tuner", "service"):
         (tmp_path / pkg).symlink_to(ROOT / pkg)
+
+
+def test_a_gate_failure_writes_no_table_and_says_why(tmp_path: Path) -> None:
+    """A kernel that computes wrongly (here: the twin built from a tampered source) must not ship."""
+    tampered_checkout(tmp_path)
     out = tmp_path / "t.json"
     env_cache = tmp_path / "cache"
     r = subprocess.run(
@@ -163,12 +168,7 @@ def test_regate_checks_every_entry_and_stamps_the_current_kernel_hash(tmp_path: 
 
 
 def test_regate_with_a_wrong_kernel_leaves_the_table_as_it_was(tmp_path: Path) -> None:
-    tampered = tmp_path / "kernel"
-    subprocess.run(["cp", "-r", str(ROOT / "kernel"), str(tampered)], check=True)
-    src = tampered / "op_kernel" / "bce_grad.h"
-    src.write_text(src.read_text().replace("Sub(p, p, y, n);", "Add(p, p, y, n);"))
-    for pkg in ("tiling_model", "tuner", "service"):
-        (tmp_path / pkg).symlink_to(ROOT / pkg)
+    tampered_checkout(tmp_path)
     path = tmp_path / "Ascend910B2.json"
     small_table(path, "0123456789abcdef")
     before = path.read_bytes()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import optuna
@@ -13,7 +13,7 @@ import optuna
 from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
 from tiling_model import DTYPES, REDUCTIONS, TableError, known_socs
-from tiling_model.cli.args import Parser, positive_int
+from tiling_model.cli.args import Parser, csv_of, positive_int
 from tiling_model.tables import load_table, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
@@ -23,17 +23,6 @@ from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, regate, run_sweep, sweep_keys
-
-
-def _csv(choices: Sequence[str]) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        bad = [x for x in items if x not in choices]
-        if bad or not items:
-            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(choices)}")
-        return items
-
-    return parse
 
 
 def _sizes(text: str) -> list[int]:
@@ -47,7 +36,7 @@ def _sizes(text: str) -> list[int]:
 
 
 def _weights(text: str) -> list[bool]:
-    return [x == "true" for x in _csv(("true", "false"))(text)]
+    return [x == "true" for x in csv_of(("true", "false"))(text)]
 
 
 def _non_negative(text: str) -> int:
@@ -59,13 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     s = sub.add_parser("sweep", help="tune every (dtype, reduction, weight, size) key of one SoC")
     s.add_argument("--soc", required=True, choices=known_socs())
-    s.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
-    s.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
+    s.add_argument("--dtypes", type=csv_of(DTYPES), default=list(DTYPES))
+    s.add_argument("--reductions", type=csv_of(REDUCTIONS), default=list(REDUCTIONS))
     s.add_argument("--weights", type=_weights, default=[True, False], help="true,false (weight input present)")
     s.add_argument(
-        "--pos-weights", type=_csv(("none", "full", "last_dim")), default=["none"], help="none,full,last_dim"
+        "--pos-weights", type=csv_of(("none", "full", "last_dim")), default=["none"], help="none,full,last_dim"
     )
-    s.add_argument("--wrts", type=_csv(("logit", "probability")), default=["logit"], help="logit,probability")
+    s.add_argument("--wrts", type=csv_of(("logit", "probability")), default=["logit"], help="logit,probability")
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
     s.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, help="completed trials per study")
     s.add_argument("--backend", default="model", choices=sorted(BACKENDS))
@@ -83,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="tuned vs seed-default time of every entry of a table")
     r.add_argument("--soc", required=True, choices=known_socs())
     r.add_argument("--table", type=Path, help="table path (default: the shipped one)")
-    r.add_argument("--dtypes", type=_csv(DTYPES), default=list(DTYPES))
-    r.add_argument("--reductions", type=_csv(REDUCTIONS), default=list(REDUCTIONS))
+    r.add_argument("--dtypes", type=csv_of(DTYPES), default=list(DTYPES))
+    r.add_argument("--reductions", type=csv_of(REDUCTIONS), default=list(REDUCTIONS))
     r.add_argument("--out-dir", type=Path, help="also write report-<SOC>.md and speedup-<SOC>.png here")
     r.add_argument("--regret", type=_non_negative, default=0, help="with --out-dir: held-out sizes for regret")
     g = sub.add_parser("regate", help="re-check a table's entries against the current kernel sources (no re-tuning)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeAlias
 
 from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
@@ -17,6 +18,19 @@ class Parser(argparse.ArgumentParser):
 
 #: The subcommand registry every command module adds its parser to.
 SubParsers: TypeAlias = "argparse._SubParsersAction[Parser]"
+
+
+def csv_of(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma-separated list, each item one of ``choices`` (at least one)."""
+
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [x for x in items if x not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(choices)}")
+        return items
+
+    return parse
 
 
 def positive_int(text: str) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tiling_model.calibrate import NAMED_KERNELS, calibrate, read_csv, read_jsonl
-from tiling_model.cli.args import SubParsers, knob_flags, parse_shape, positive_int, variant_flags
+from tiling_model.cli.args import SubParsers, csv_of, knob_flags, parse_shape, positive_int, variant_flags
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
 from tiling_model.errors import BadRequest
@@ -20,14 +20,6 @@ from tiling_model.tiling import SCHEMES, TilingError, TilingParams, element_coun
 from tiling_model.variant import Variant
 
 
-def _ops(text: str) -> list[str]:
-    ops = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [x for x in ops if x not in VECTOR_OPS]
-    if bad or not ops:
-        raise argparse.ArgumentTypeError(f"unknown op(s) {', '.join(bad) or text!r}; known: {', '.join(VECTOR_OPS)}")
-    return ops
-
-
 def add_model_commands(sub: SubParsers) -> None:
     p = sub.add_parser("predict", help="predict one launch of an elementwise or bce_grad kernel")
     p.add_argument("--soc", default="Ascend910B2")
@@ -36,7 +28,7 @@ def add_model_commands(sub: SubParsers) -> None:
     p.add_argument("--shape", type=parse_shape, required=True)
     p.add_argument("--inputs", type=positive_int, help="elementwise: full input streams")
     p.add_argument("--outputs", type=positive_int, help="elementwise: output streams")
-    p.add_argument("--ops", type=_ops, help="elementwise: vector ops per tile, e.g. sub,mul,exp")
+    p.add_argument("--ops", type=csv_of(VECTOR_OPS), help="elementwise: vector ops per tile, e.g. sub,mul,exp")
     p.add_argument("--reduction", default="none", choices=REDUCTIONS)
     variant_flags(p)
     knob_flags(p)
