@@ -15,6 +15,7 @@ from tiling_model import (
     UnsupportedError,
     Variant,
     compute_tiling,
+    core_plan,
     element_count,
     every_variant,
     load_soc,
@@ -137,8 +138,13 @@ def test_ub_limit_is_inclusive() -> None:
 
 def test_full_tiles_that_are_not_32_byte_multiples_drop_bytes() -> None:
     t = compute_tiling([1 << 16], Variant("float16"), TilingParams(tile_bytes=2050))  # several tiles per core
-    assert ("misaligned_copy", 2050) in kinds(t)
-    assert any(k == "coverage" for k, _ in kinds(t))  # and their last 2 B are never written
+    full_tiles = sum(c.tiles - 1 for c in core_plan(t))  # each full tile's last element is never copied
+    assert kinds(t) == [("misaligned_copy", 2050), ("coverage", full_tiles)] and full_tiles > 0
+    assert (
+        validate(t)[0].message
+        == "full tiles are DataCopy of 2050 B, not a multiple of 32 B: the last 2 B of each are dropped"
+    )
+    assert validate(t)[1].message == f"{full_tiles} elements never written (DataCopy rounds down to 32 B)"
     one = compute_tiling([1000], Variant("float16"), TilingParams(tile_bytes=2050, core_num=1))  # one tile: a tail
     assert kinds(one) == []
 
