@@ -110,4 +110,14 @@ def test_an_interrupted_sweep_resumes(database: str, tmp_path: Path) -> None:
     assert again.returncode == 0, err
     single = sweep(f"sqlite:///{tmp_path / 'single.db'}", tmp_path / "single.json")
     single.communicate(timeout=600)
-    assert entries(tmp_path / "y.json") == entries(tmp_path / "single.json")
+    # Every key is tuned, each as well as by an uninterrupted sweep. The configuration may differ where
+    # several tie exactly: a trial killed mid-study stays RUNNING, so the resumed study's trial order (the
+    # last tie-break) and its samples can differ (see the README, "Tune").
+    resumed, whole = entries(tmp_path / "y.json"), entries(tmp_path / "single.json")
+    assert [key_of(e) for e in resumed] == [key_of(e) for e in whole]
+    for r, w in zip(resumed, whole, strict=True):
+        assert r["tuned_us"] <= w["tuned_us"] * 1.001 and r["seed_default_us"] == w["seed_default_us"], (r, w)
+
+
+def key_of(e: dict) -> tuple:
+    return (e["dtype"], e["reduction"], e["weight"], e["pos_weight"], e["wrt"], e["size"])
