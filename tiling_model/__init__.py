@@ -14,12 +14,11 @@ from tiling_model.errors import (
     MeasurementError,
     TableError,
 )
+from tiling_model.kernels import SCHEMES, Scheme
 from tiling_model.plan import CorePlan, core_plan
 from tiling_model.soc import SocProfile, UnknownSocError, known_socs, load_soc
 from tiling_model.tiling import (
-    SCHEMES,
     ResolvedParams,
-    Scheme,
     TilingData,
     TilingError,
     TilingFields,

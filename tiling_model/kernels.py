@@ -10,8 +10,9 @@ BCE-grad variant from one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, cast
 
-from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES
+from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES, Dtype
 from tiling_model.errors import BadRequest
 from tiling_model.variant import Variant
 
@@ -36,6 +37,9 @@ CYCLES_PER_REPEAT: dict[str, float] = {
 }  # fmt: skip
 CYCLES_HALF_OVERRIDES: dict[str, float] = {"exp": 3.9, "ln": 3.9, "sqrt": 4.0, "div": 4.1}
 VECTOR_OPS = tuple(sorted(CYCLES_PER_REPEAT))
+#: The requirement's tiling and kernel ("seed") or bcetune's ("exact"): the kernel plan differs.
+Scheme = Literal["seed", "exact"]
+SCHEMES: tuple[Scheme, ...] = ("seed", "exact")
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class ElementwiseKernel:
     """Streams and UB buffers of one kernel; tiles are counted in I/O-dtype elements."""
 
     name: str
-    dtype: str
+    dtype: Dtype
     full_inputs: tuple[str, ...]  # read element by element through VECIN queues
     outputs: tuple[str, ...]  # written element by element through VECOUT queues
     scalar_inputs: tuple[str, ...] = ()  # read as one value each
@@ -137,7 +141,7 @@ def elementwise_kernel(
         seq += [VectorOp("cast_f32_f16" if dtype == "float16" else "cast", 4)] * outputs
     return ElementwiseKernel(
         name=name,
-        dtype=dtype,
+        dtype=cast(Dtype, dtype),  # checked above
         full_inputs=tuple(f"x{i}" for i in range(inputs)),
         outputs=tuple(f"y{i}" for i in range(outputs)),
         scalar_inputs=tuple(f"s{i}" for i in range(scalars)),
@@ -147,7 +151,7 @@ def elementwise_kernel(
     )
 
 
-def bce_grad_kernel(variant: Variant, scheme: str = "exact", classes: int = 0) -> ElementwiseKernel:
+def bce_grad_kernel(variant: Variant, scheme: Scheme = "exact", classes: int = 0) -> ElementwiseKernel:
     """The buffer plan and instruction list of the kernel that runs a tiling of this scheme.
 
     ``seed``: the requirement's kernel: four VECIN queues and one VECOUT queue of full tiles

@@ -16,16 +16,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Literal
 
-from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID
+from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype, Reduction
 from tiling_model.errors import BadRequest
-from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, ElementwiseKernel, bce_grad_kernel
+from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, SCHEMES, ElementwiseKernel, Scheme, bce_grad_kernel
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS, Variant
 
-Scheme = Literal["seed", "exact"]
-SCHEMES: tuple[Scheme, ...] = ("seed", "exact")
 INT64_MAX = 2**63 - 1
 #: The seed's block granularity and its UB share count (ubDataNumber: 5 tensors).
 SEED_BLOCK_BYTES = 512
@@ -185,7 +182,7 @@ def resolve_params(
     params: TilingParams | None,
     kernel: ElementwiseKernel,
     soc: SocProfile,
-    scheme: str,
+    scheme: Scheme,
 ) -> ResolvedParams:
     """Fill defaults and check each knob's domain (values a tiling cannot even express).
 
@@ -207,7 +204,7 @@ def resolve_params(
     return ResolvedParams(block, bn, tile, cores)
 
 
-def _default_buffer_num(kernel: ElementwiseKernel, scheme: str) -> int:
+def _default_buffer_num(kernel: ElementwiseKernel, scheme: Scheme) -> int:
     """The seed's 2; the exact scheme's double buffering unless the queue limit forbids it (five
     VECIN queues allow one buffer)."""
     if scheme != "exact":
@@ -215,11 +212,11 @@ def _default_buffer_num(kernel: ElementwiseKernel, scheme: str) -> int:
     return max([b for b in kernel.allowed_buffer_nums() if b <= SEED_BUFFER_NUM] or [1])
 
 
-def _default_tile(kernel: ElementwiseKernel, soc: SocProfile, scheme: str, block: int, bn: int) -> int:
+def _default_tile(kernel: ElementwiseKernel, soc: SocProfile, scheme: Scheme, block: int, bn: int) -> int:
     return seed_tile_bytes(soc, block, bn) if scheme == "seed" else default_tile_bytes(kernel, soc, block, bn)
 
 
-def _check_tile(tile: int, dtype: str, block: int, scheme: str) -> None:
+def _check_tile(tile: int, dtype: Dtype, block: int, scheme: Scheme) -> None:
     elem = DTYPE_BYTES[dtype]
     if tile % elem:
         raise TilingError(f"tile_bytes={tile} is not a multiple of the {dtype} size ({elem} B)")
@@ -237,7 +234,7 @@ def _tiles(count: int, tile_elems: int) -> tuple[int, int]:
     return num, count - (num - 1) * tile_elems
 
 
-def _scale_bits(reduction: str, n: int) -> int:
+def _scale_bits(reduction: Reduction, n: int) -> int:
     scale = 1.0 if reduction != "mean" else (1.0 / n if n else 0.0)
     bits: int = struct.unpack("<I", struct.pack("<f", scale))[0]
     return bits
@@ -280,7 +277,7 @@ def tile_kernel(
     """Tile any elementwise kernel: the BCE front door above, or a generic one for the model
     (whose variant is its dtype with reduction none and no weight)."""
     profile = soc if isinstance(soc, SocProfile) else load_soc(soc)
-    v = variant if variant is not None else Variant(kernel.dtype, "none", weight=False)  # type: ignore[arg-type]
+    v = variant if variant is not None else Variant(kernel.dtype, "none", weight=False)
     n = element_count(shape)
     rp = resolve_params(params, kernel, profile, scheme)
     build = _seed_fields if scheme == "seed" else _exact_fields
@@ -299,7 +296,7 @@ def tile_kernel(
     )
 
 
-def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: str, classes: int) -> tuple[TilingFields, int]:
+def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: Reduction, classes: int) -> tuple[TilingFields, int]:
     tile_elems = p.tile_bytes // elem
     red = REDUCTION_ID[reduction]
     if n == 0:
@@ -335,7 +332,7 @@ def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: str, classes:
     return f, cores
 
 
-def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: str, classes: int) -> tuple[TilingFields, int]:
+def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: Reduction, classes: int) -> tuple[TilingFields, int]:
     """The requirement's tiling, with its uint32 intermediates and its rounding."""
     block = p.block_bytes
     tile_block_num = max(p.tile_bytes // block, 1) & _U32

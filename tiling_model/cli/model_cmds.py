@@ -13,10 +13,10 @@ from tiling_model.cli.args import SubParsers, csv_of, knob_flags, parse_shape, p
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
 from tiling_model.errors import BadRequest
-from tiling_model.kernels import VECTOR_OPS, ElementwiseKernel, bce_grad_kernel, elementwise_kernel
+from tiling_model.kernels import SCHEMES, VECTOR_OPS, ElementwiseKernel, bce_grad_kernel, elementwise_kernel
 from tiling_model.soc import known_socs, load_soc, profile_to_json
 from tiling_model.space import score_space
-from tiling_model.tiling import SCHEMES, TilingError, TilingParams, element_count, tile_kernel
+from tiling_model.tiling import TilingError, TilingParams, element_count, tile_kernel
 from tiling_model.variant import Variant
 
 

@@ -11,9 +11,10 @@ from tiling_model.cli.args import SubParsers, knob_flags, parse_shape, variant_f
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS
 from tiling_model.errors import BadRequest
+from tiling_model.kernels import SCHEMES
 from tiling_model.plan import core_plan
 from tiling_model.soc import known_socs
-from tiling_model.tiling import SCHEMES, TilingData, TilingParams, compute_tiling
+from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
 
