@@ -3,18 +3,27 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.installed-run-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-service soak-service bench-tiling-key doctor mutants clean
+.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-service soak-service bench-tiling-key doctor mutants docker-test clean
 
+# everything: serving, tuning, the CPU twin, plots and the test tools
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
-run: $(STAMP)
+# serving only (what the Docker image holds too)
+$(RUN_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(PY) -m service --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
@@ -47,6 +56,11 @@ doctor: $(STAMP)
 # Why the tiling key travels in the struct: code and compile time of per-key kernels (g++ stand-in).
 bench-tiling-key: $(STAMP)
 	$(PY) benchmarks/tiling_key_binary_size.py
+
+# The container built from Debian packages and run as an operator would (as root: a private dockerd).
+docker-test: $(STAMP)
+	host=$$(bash .ci/docker-start.sh) && trap 'bash .ci/docker-stop.sh' EXIT && \
+		BCETUNE_TEST_DOCKER=$$host $(PY) -m pytest -s tests/test_docker.py
 
 # Mutation testing of the tiling arithmetic and its rules (mutmut, configured in pyproject.toml): a report.
 mutants: $(STAMP)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Stop the Docker daemon docker-start.sh started (by its PID) and remove its files.
+set -u
+DIR=$(cat /tmp/bcetune-docker.dir 2>/dev/null) || exit 0
+DOCKER=$(command -v /usr/bin/docker || command -v docker)
+DOCKER_HOST="unix://$DIR/docker.sock" "$DOCKER" ps -aq 2>/dev/null | xargs -r env DOCKER_HOST="unix://$DIR/docker.sock" "$DOCKER" rm -f >/dev/null 2>&1
+if [ -f "$DIR/dockerd.pid" ]; then
+    pid=$(cat "$DIR/dockerd.pid")
+    kill "$pid" 2>/dev/null
+    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+fi
+umount -R "$DIR/exec" "$DIR/data" 2>/dev/null
+rm -rf "$DIR" /tmp/bcetune-docker.dir
