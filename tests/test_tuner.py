@@ -21,6 +21,9 @@ from tuner.study import tune
 from tuner.sweep import run_sweep, sweep_keys
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
 class CountingBackend(ModelBackend):
     """The model backend, recording every tiling it is asked to time."""
 
@@ -122,6 +125,11 @@ def test_cli_sweep_and_bad_flags(tmp_path: Path) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["entries"][0]["dtype"] == "bfloat16"
+    shipped = ROOT / "service" / "tables" / "Ascend910B4.json"
+    before = shipped.stat().st_mtime_ns
+    r = subprocess.run(cmd[:-3] + ["--no-progress"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr  # without --out: ./tables/<SOC>.json, never the installed package's table
+    assert (tmp_path / "tables" / "Ascend910B4.json").exists() and shipped.stat().st_mtime_ns == before
     for bad, needle in [
         (["--soc", "Ascend999"], "invalid choice: 'Ascend999'"),
         (["--soc", "Ascend910B2", "--dtypes", "float64"], "choose from"),

@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--patience", type=int, default=0, help="stop a study when its best has not improved for M trials")
     s.add_argument("--records", type=Path, help="append every measurement as a JSON line (for calibrate --data)")
     s.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file by default)")
-    s.add_argument("--out", type=Path, help="table path (default: the shipped service/tables/<SOC>.json)")
+    s.add_argument(
+        "--out", type=Path, help="table path (default: ./tables/<SOC>.json; `make sweep` writes the shipped ones)"
+    )
     s.add_argument("--no-progress", action="store_true")
     r = sub.add_parser("report", help="tuned vs seed-default time of every entry of a table")
     r.add_argument("--soc", required=True, choices=known_socs())
@@ -154,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"regated {path}: {len(table.entries)} entries pass, {time.perf_counter() - start:.1f} s")
         return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    out = args.out or TABLES_DIR / f"{args.soc}.json"
+    out = args.out or Path("tables") / f"{args.soc}.json"
     keys = sweep_keys(args.soc, args.dtypes, args.reductions, args.weights, args.sizes, args.pos_weights, args.wrts)
     try:
         storage = open_storage(args.storage)
