@@ -20,7 +20,6 @@ from tuner.storage import open_storage
 from tuner.study import tune
 from tuner.sweep import run_sweep, sweep_keys
 
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
