@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
 
 from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
-from tiling_model import DTYPES, REDUCTIONS, TableError, known_socs
+from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, compute_tiling, known_socs, load_soc, predict
 from tiling_model.cli.args import Parser, csv_of, positive_int
-from tiling_model.tables import load_table, write_table
+from tiling_model.tables import TableEntry, load_table, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure
@@ -22,7 +24,7 @@ from tuner.protocol import MeasurementProtocol
 from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
-from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, regate, run_sweep, sweep_keys
+from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, rebaseline, regate, run_sweep, sweep_keys
 
 
 def _sizes(text: str) -> list[int]:
@@ -82,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--soc", required=True, choices=known_socs())
     g.add_argument("--table", type=Path, help="table path (default: the shipped one; rewritten in place)")
     g.add_argument("--no-progress", action="store_true")
+    b = sub.add_parser("rebaseline", help="re-time seed_default_us of a model-backend table (knobs untouched)")
+    b.add_argument("--soc", required=True, choices=known_socs())
+    b.add_argument("--table", type=Path, help="table path (default: the shipped one; rewritten in place)")
     sub.add_parser(
         "doctor", add_help=False, help="on an Ascend host: check CANN, torch_npu, the device, build, golden, timing"
     )
@@ -100,8 +105,9 @@ def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
     )
     print(
         f"{'dtype':<9}{'red':<5}{'w':<3}{'size':>11}  {'block':>6}{'bufs':>5}{'tile':>7}{'cores':>6}"
-        f"{'tuned_us':>11}{'seed_us':>11}{'speedup':>9}"
+        f"{'tuned_us':>11}{'seed_us':>11}{'speedup':>9}{'req_us':>10}"
     )
+    soc = load_soc(table.soc)
     for e in sorted(table.entries, key=lambda e: (e.variant.dtype, e.variant.reduction, not e.variant.weight, e.size)):
         v = e.variant
         if v.dtype not in dtypes or v.reduction not in reductions:
@@ -110,8 +116,22 @@ def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
         print(
             f"{v.dtype:<9}{v.reduction:<5}{'y' if v.weight else 'n':<3}{e.size:>11}  {p['block_bytes']:>6}"
             f"{p['buffer_num']:>5}{p['tile_bytes']:>7}{p['core_num']:>6}{e.tuned_us:>11.3f}"
-            f"{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}"
+            f"{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}{_requirement_us(e, soc):>10}"
         )
+    ratios = [e.seed_default_us / e.tuned_us for e in table.entries]
+    print(
+        f"speedup over the seed default: {len(ratios)} entries, min {min(ratios):.3f}x, "
+        f"median {statistics.median(ratios):.3f}x, max {max(ratios):.3f}x"
+    )
+
+
+def _requirement_us(e: TableEntry, soc: SocProfile) -> str:
+    """The model's time of the requirement's own tiling and kernel (it always reads weight; it has
+    no pos_weight or wrt=probability): a different baseline from the seed default."""
+    v = e.variant
+    if v.pos_weight != "none" or v.wrt != "logit":
+        return "-"
+    return f"{predict(compute_tiling([e.size], replace(v, weight=True), None, soc, 'seed'), soc):.3f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,6 +158,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TableError as e:
             print(f"python -m tuner: error: {e}", file=sys.stderr)
             return 2
+        return 0
+    if args.command == "rebaseline":
+        path = args.table or TABLES_DIR / f"{args.soc}.json"
+        try:
+            table = load_table(path)
+            if table.soc != args.soc:
+                raise TableError(f"{path}: holds SoC {table.soc!r}, not {args.soc!r}")
+            write_table(rebaseline(table), path)
+        except TableError as e:
+            print(f"python -m tuner: error: {e}", file=sys.stderr)
+            return 2
+        print(f"rebaselined {path}: {len(table.entries)} entries")
         return 0
     if args.command == "regate":
         path = args.table or TABLES_DIR / f"{args.soc}.json"

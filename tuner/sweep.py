@@ -16,13 +16,14 @@ from tqdm import tqdm
 from kernel.sources import kernel_source_hash
 from tiling_model import SocProfile, Variant, load_soc, valid_combinations
 from tiling_model.dtypes import FLOAT_DTYPES
+from tiling_model.errors import TableError
 from tiling_model.tables import TableEntry, TuningTable, write_table
-from tuner.backends import Backend
+from tuner.backends import Backend, ModelBackend
 from tuner.gate import GateFailure, check_tiling
 from tuner.key import StudyKey
-from tuner.protocol import MeasurementProtocol
+from tuner.protocol import MeasurementProtocol, measure
 from tuner.records import RecordLog
-from tuner.study import tune
+from tuner.study import seed_default_tiling, tune
 
 #: Representative element counts: powers of four from 1 Ki to 1 Gi elements.
 DEFAULT_SIZES = tuple(4**k for k in range(5, 16))
@@ -97,6 +98,26 @@ def regate(table: TuningTable, progress: bool = True) -> TuningTable:
             f"First: {failures[0]}"
         )
     return replace(table, kernel_hash=kernel_source_hash())
+
+
+def rebaseline(table: TuningTable) -> TuningTable:
+    """The table with every ``seed_default_us`` re-timed as the seed default is defined now
+    (``seed_default_tiling``), the knobs and tuned times untouched. Model-backend tables only: the
+    model times it here; a table timed on a device needs that device (re-sweep there)."""
+    if table.backend != "model":
+        raise TableError(
+            f"{table.soc}: a {table.backend!r}-backend table's baseline can only be re-timed on that backend"
+        )
+    soc = load_soc(table.soc)
+    backend = ModelBackend()
+    protocol = MeasurementProtocol()
+
+    def timed(e: TableEntry) -> float:
+        tiling = seed_default_tiling(StudyKey(table.soc, e.variant, e.size), soc)
+        return round(measure(backend, tiling, protocol).median_us, 4)
+
+    entries = [replace(e, seed_default_us=timed(e)) for e in table.entries]
+    return replace(table, entries=entries)
 
 
 def run_sweep(
