@@ -116,7 +116,7 @@ def rebaseline(table: TuningTable) -> TuningTable:
         tiling = seed_default_tiling(StudyKey(table.soc, e.variant, e.size), soc)
         return round(measure(backend, tiling, protocol).median_us, 4)
 
-    entries = [replace(e, seed_default_us=timed(e)) for e in table.entries]
+    entries = tuple(replace(e, seed_default_us=timed(e)) for e in table.entries)
     return replace(table, entries=entries)
 
 
