@@ -71,7 +71,7 @@ mutants: $(STAMP)
 bench-model: $(STAMP)
 	$(PY) benchmarks/model_speed.py
 
-# Search efficiency: model-seeded TPE vs plain TPE vs random, on the noisy model backend.
+# Search efficiency: model-seeded TPE vs plain TPE vs random, against a device-like truth and the model itself.
 bench-search: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py
 
@@ -79,7 +79,7 @@ bench-search: $(STAMP)
 bench-regret: $(STAMP)
 	$(PY) benchmarks/bucket_regret.py
 
-# Service load benchmark (wrk from Debian's packages): throughput and latency, side by side with a trivial POST.
+# Service load (wrk from Debian packages): cold (distinct requests) and warm (cache) beside a trivial POST.
 bench-service: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) benchmarks/service_load.py
