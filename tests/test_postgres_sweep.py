@@ -112,7 +112,7 @@ def test_an_interrupted_sweep_resumes(database: str, tmp_path: Path) -> None:
     single.communicate(timeout=600)
     # Every key is tuned, each as well as by an uninterrupted sweep. The configuration may differ where
     # several tie exactly: a trial killed mid-study stays RUNNING, so the resumed study's trial order (the
-    # last tie-break) and its samples can differ (see the README, "Tune").
+    # last tie-break) and its samples can differ (see docs/manual.md, "Tune").
     resumed, whole = entries(tmp_path / "y.json"), entries(tmp_path / "single.json")
     assert [key_of(e) for e in resumed] == [key_of(e) for e in whole]
     for r, w in zip(resumed, whole, strict=True):
