@@ -13,17 +13,17 @@ from service.metrics import Metrics
 from service.store import TableStore
 
 
-def get_store(request: Request) -> TableStore:
+async def get_store(request: Request) -> TableStore:
     store: TableStore = request.app.state.store
     return store
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
