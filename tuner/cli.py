@@ -16,7 +16,7 @@ from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
 from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, compute_tiling, known_socs, load_soc, predict
 from tiling_model.cli.args import Parser, csv_of, positive_int
-from tiling_model.tables import TableEntry, load_table, write_table
+from tiling_model.tables import TableEntry, TuningTable, load_table, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure
@@ -134,6 +134,21 @@ def _requirement_us(e: TableEntry, soc: SocProfile) -> str:
     return f"{predict(compute_tiling([e.size], replace(v, weight=True), None, soc, 'seed'), soc):.3f}"
 
 
+def _error(e: Exception, code: int = 2) -> int:
+    """One line on stderr naming what was wrong; the exit code (2: bad input, 1: a check failed)."""
+    print(f"python -m tuner: error: {e}", file=sys.stderr)
+    return code
+
+
+def _table_of(soc: str, given: Path | None) -> tuple[Path, TuningTable]:
+    """The table a command rewrites in place (the shipped one unless given), refused if it holds another SoC."""
+    path = given or TABLES_DIR / f"{soc}.json"
+    table = load_table(path)
+    if table.soc != soc:
+        raise TableError(f"{path}: holds SoC {table.soc!r}, not {soc!r}")
+    return path, table
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:  # its own flags (tuner/doctor.py)
@@ -145,8 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             count = export_header(args.tables, args.out)
         except (TableError, ValueError) as e:
-            print(f"python -m tuner: error: {e}", file=sys.stderr)
-            return 2
+            return _error(e)
         print(f"wrote {args.out}: {count} entries")
         return 0
     if args.command == "report":
@@ -156,35 +170,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.out_dir:
                 print(f"wrote {write_report(load_table(path), args.out_dir, args.regret)}")
         except TableError as e:
-            print(f"python -m tuner: error: {e}", file=sys.stderr)
-            return 2
+            return _error(e)
         return 0
     if args.command == "rebaseline":
-        path = args.table or TABLES_DIR / f"{args.soc}.json"
         try:
-            table = load_table(path)
-            if table.soc != args.soc:
-                raise TableError(f"{path}: holds SoC {table.soc!r}, not {args.soc!r}")
+            path, table = _table_of(args.soc, args.table)
             write_table(rebaseline(table), path)
         except TableError as e:
-            print(f"python -m tuner: error: {e}", file=sys.stderr)
-            return 2
+            return _error(e)
         print(f"rebaselined {path}: {len(table.entries)} entries")
         return 0
     if args.command == "regate":
-        path = args.table or TABLES_DIR / f"{args.soc}.json"
         try:
-            table = load_table(path)
-            if table.soc != args.soc:
-                raise TableError(f"{path}: holds SoC {table.soc!r}, not {args.soc!r}")
+            path, table = _table_of(args.soc, args.table)
             start = time.perf_counter()
             write_table(regate(table, not args.no_progress), path)
         except (TableError, KernelBuildError) as e:
-            print(f"python -m tuner: error: {e}", file=sys.stderr)
-            return 2
+            return _error(e)
         except GateFailure as e:
-            print(f"python -m tuner: error: {e}", file=sys.stderr)
-            return 1
+            return _error(e, 1)
         print(f"regated {path}: {len(table.entries)} entries pass, {time.perf_counter() - start:.1f} s")
         return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -202,11 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             keys, backend, storage, args.trials, out, not args.no_progress, protocol, args.patience, records
         )
     except (ValueError, NpuUnavailable, KernelBuildError) as e:
-        print(f"python -m tuner: error: {e}", file=sys.stderr)
-        return 2
+        return _error(e)
     except GateFailure as e:
-        print(f"python -m tuner: error: {e}", file=sys.stderr)
-        return 1
+        return _error(e, 1)
     took = time.perf_counter() - start
     print(f"wrote {out}: {len(table.entries)} entries, {args.trials} trials each, {took:.1f} s")
     return 0
