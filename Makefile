@@ -35,7 +35,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# Re-tune every shipped table with the cost-model backend, then re-export the C++ header (README "Tune").
+# Re-tune every shipped table with the cost-model backend, then re-export the C++ header (docs/manual.md, "Tune").
 sweep: $(STAMP)
 	for soc in Ascend910B1 Ascend910B2 Ascend910B3 Ascend910B4 Ascend310B1; do \
 		$(PY) -m tuner sweep --soc $$soc --trials 12 --pos-weights none,full,last_dim --wrts logit,probability \
