@@ -78,3 +78,15 @@ def test_tour_step_runs_as_written(step: int, tmp_path: Path) -> None:
     }[step]
     for text in expected:
         assert text in r.stdout, r.stdout
+
+
+def test_relative_links_in_the_documents_resolve() -> None:
+    """The README points into docs/; a moved page must not leave a dead link behind."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md")]
+    dead = [
+        f"{page.relative_to(ROOT)} -> {link}"
+        for page in pages
+        for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
+        if not link.startswith("http") and not (page.parent / link).exists()
+    ]
+    assert dead == []
