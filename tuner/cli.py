@@ -7,23 +7,24 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import optuna
 
 from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
-from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, compute_tiling, known_socs, load_soc, predict
+from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, known_socs, load_soc, predict
 from tiling_model.cli.args import Parser, csv_of, positive_int
-from tiling_model.tables import TableEntry, TuningTable, load_table, write_table
+from tiling_model.tables import TableEntry, TuningTable, load_table, variant_order, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure
+from tuner.key import StudyKey
 from tuner.protocol import MeasurementProtocol
 from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
+from tuner.study import requirement_tiling
 from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, rebaseline, regate, run_sweep, sweep_keys
 
 
@@ -104,34 +105,34 @@ def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
         f"created {table.created}"
     )
     print(
-        f"{'dtype':<9}{'red':<5}{'w':<3}{'size':>11}  {'block':>6}{'bufs':>5}{'tile':>7}{'cores':>6}"
+        f"{'dtype':<9}{'red':<5}{'w':<3}{'pos_w':<9}{'wrt':<6}"
+        f"{'size':>11}  {'block':>6}{'bufs':>5}{'tile':>7}{'cores':>6}"
         f"{'tuned_us':>11}{'seed_us':>11}{'speedup':>9}{'req_us':>10}"
     )
     soc = load_soc(table.soc)
-    for e in sorted(table.entries, key=lambda e: (e.variant.dtype, e.variant.reduction, not e.variant.weight, e.size)):
+    shown = [e for e in table.entries if e.variant.dtype in dtypes and e.variant.reduction in reductions]
+    for e in sorted(shown, key=lambda e: (variant_order(e.variant), e.size)):
         v = e.variant
-        if v.dtype not in dtypes or v.reduction not in reductions:
-            continue
         p = e.params
         print(
-            f"{v.dtype:<9}{v.reduction:<5}{'y' if v.weight else 'n':<3}{e.size:>11}  {p['block_bytes']:>6}"
+            f"{v.dtype:<9}{v.reduction:<5}{'y' if v.weight else 'n':<3}{v.pos_weight:<9}{v.wrt[:5]:<6}"
+            f"{e.size:>11}  {p['block_bytes']:>6}"
             f"{p['buffer_num']:>5}{p['tile_bytes']:>7}{p['core_num']:>6}{e.tuned_us:>11.3f}"
-            f"{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}{_requirement_us(e, soc):>10}"
+            f"{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}{_requirement_us(table, e, soc):>10}"
         )
-    ratios = [e.seed_default_us / e.tuned_us for e in table.entries]
+    ratios = [e.seed_default_us / e.tuned_us for e in shown]
+    if not ratios:
+        return
     print(
         f"speedup over the seed default: {len(ratios)} entries, min {min(ratios):.3f}x, "
         f"median {statistics.median(ratios):.3f}x, max {max(ratios):.3f}x"
     )
 
 
-def _requirement_us(e: TableEntry, soc: SocProfile) -> str:
-    """The model's time of the requirement's own tiling and kernel (it always reads weight; it has
-    no pos_weight or wrt=probability): a different baseline from the seed default."""
-    v = e.variant
-    if v.pos_weight != "none" or v.wrt != "logit":
-        return "-"
-    return f"{predict(compute_tiling([e.size], replace(v, weight=True), None, soc, 'seed'), soc):.3f}"
+def _requirement_us(table: TuningTable, e: TableEntry, soc: SocProfile) -> str:
+    """The model's time of the requirement's own code for this entry ("-" where it has none)."""
+    t = requirement_tiling(StudyKey(table.soc, e.variant, e.size), soc)
+    return "-" if t is None else f"{predict(t, soc):.3f}"
 
 
 def _error(e: Exception, code: int = 2) -> int:

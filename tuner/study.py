@@ -7,6 +7,7 @@ interrupted sweep resumes where it stopped and finished studies are not run agai
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import optuna
 from optuna.trial import TrialState
@@ -167,6 +168,16 @@ def seed_default_tiling(key: StudyKey, soc: SocProfile) -> TilingData:
     0.1% tie band). The requirement's own tiling and kernel is a different baseline
     (``--scheme seed``; ``tuner report`` prints its model time beside it)."""
     return compute_tiling([key.size], key.variant, None, soc)
+
+
+def requirement_tiling(key: StudyKey, soc: SocProfile) -> TilingData | None:
+    """What the requirement's own code runs for this key (its tiling and kernel, ``--scheme seed``),
+    or None where it does not compute the variant (pos_weight, wrt=probability). It always reads
+    weight. Model time only: it overflows the usable UB or reads past the tensors, so it is never timed."""
+    v = key.variant
+    if v.pos_weight != "none" or v.wrt != "logit":
+        return None
+    return compute_tiling([key.size], replace(v, weight=True), None, soc, "seed")
 
 
 SEED_WAIT_S = 5.0
