@@ -29,7 +29,7 @@ run: $(RUN_STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest
+	bash .ci/with-services.sh $(PY) -m pytest
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -59,8 +59,7 @@ bench-tiling-key: $(STAMP)
 
 # The container built from Debian packages and run as an operator would (as root: a private dockerd).
 docker-test: $(STAMP)
-	host=$$(bash .ci/docker-start.sh) && trap 'bash .ci/docker-stop.sh' EXIT && \
-		BCETUNE_TEST_DOCKER=$$host $(PY) -m pytest -s tests/test_docker.py
+	bash .ci/with-services.sh $(PY) -m pytest -s tests/test_docker.py
 
 # Mutation testing of the tiling arithmetic and its rules (mutmut, configured in pyproject.toml): a report.
 mutants: $(STAMP)

@@ -1,8 +1,9 @@
 """The container, built and run as an operator would: the project's Dockerfile on a base image made
 from Debian packages (.ci/docker-start.sh: debootstrap, no registry), against a private Docker daemon.
 
-`.ci/run` starts the daemon and builds the base as root and sets BCETUNE_TEST_DOCKER (its DOCKER_HOST);
-without it every test here skips and says why. `make docker-test` does the same outside CI.
+`make test` (through .ci/with-services.sh) starts the daemon and builds the base as root and sets
+BCETUNE_TEST_DOCKER (its DOCKER_HOST); without it every test here skips and says why. `make docker-test`
+runs these tests alone.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ HOST = os.environ.get("BCETUNE_TEST_DOCKER")
 BASE = os.environ.get("BCETUNE_DOCKER_BASE", "bcetune-base:bookworm")
 IMAGE = "bcetune:ci"
 README_REQUEST = {"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"}
-pytestmark = pytest.mark.skipif(not HOST, reason="BCETUNE_TEST_DOCKER not set (.ci/run starts Docker as root)")
+pytestmark = pytest.mark.skipif(
+    not HOST, reason="BCETUNE_TEST_DOCKER not set (make test starts Docker as root where docker.io and debootstrap are)"
+)
 
 
 def docker(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,6 @@
 """Two sweep workers on one PostgreSQL finish the sweep together: nothing lost, nothing run twice,
-and the table equals a single worker's. ``.ci/run`` starts the server (``.ci/start-postgres.sh``)
-and sets BCETUNE_TEST_POSTGRES; without it this test skips."""
+and the table equals a single worker's. ``make test`` starts the server as root where postgresql is
+installed (``.ci/with-services.sh``) and sets BCETUNE_TEST_POSTGRES; without it this test skips."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ import pytest
 import sqlalchemy
 
 URL = os.environ.get("BCETUNE_TEST_POSTGRES")
-pytestmark = pytest.mark.skipif(not URL, reason="BCETUNE_TEST_POSTGRES not set (.ci/run starts PostgreSQL)")
+pytestmark = pytest.mark.skipif(
+    not URL, reason="BCETUNE_TEST_POSTGRES not set (make test starts PostgreSQL as root where postgresql is installed)"
+)
 
 SWEEP = [
     "--soc",
