@@ -7,16 +7,31 @@ environment.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import resource
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import uvicorn
 
+from service import logs
 from service.config import Settings
+from service.http import GuardedHttpToolsProtocol
 from service.store import load_snapshot
 from tiling_model import TableError
+
+
+def connection_cap(wanted: int) -> int:
+    """``wanted`` connections, within the open-file limit (raised to its hard limit first): a server
+    out of file descriptors fails every client, one at its connection cap answers 503s."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return max(1, min(wanted, soft - 64))  # 64: tables, logs, the listening socket
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,18 +57,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-batch", type=int, default=env.max_batch, help="requests per /tiling/batch")
     parser.add_argument("--access-log", action="store_true", help="uvicorn access log (off: metrics count requests)")
     parser.add_argument("--bench-endpoints", action="store_true", default=env.bench_endpoints, help=argparse.SUPPRESS)
+    parser.add_argument("--max-header", type=int, default=env.max_header_bytes, help="request line + headers, bytes")
+    parser.add_argument(
+        "--request-timeout", type=float, default=env.request_timeout_s, help="seconds for a request to arrive complete"
+    )
+    parser.add_argument("--keepalive-timeout", type=int, default=env.keepalive_timeout_s, help="idle keep-alive, s")
+    parser.add_argument("--max-connections", type=int, default=env.max_connections, help="open connections per worker")
+    parser.add_argument(
+        "--batch-budget", type=float, default=env.batch_budget_s, help="server seconds per batch for uncached items"
+    )
     a = parser.parse_args(argv)
     settings = Settings(
-        a.host,
-        a.port,
-        a.workers,
-        a.tables,
-        a.default_soc,
-        a.log_level,
-        a.reload_interval,
-        a.max_body,
-        a.max_batch,
-        a.bench_endpoints,
+        host=a.host,
+        port=a.port,
+        workers=a.workers,
+        tables_dir=a.tables,
+        default_soc=a.default_soc,
+        log_level=a.log_level,
+        reload_interval_s=a.reload_interval,
+        max_body_bytes=a.max_body,
+        max_batch=a.max_batch,
+        bench_endpoints=a.bench_endpoints,
+        max_header_bytes=a.max_header,
+        request_timeout_s=a.request_timeout,
+        keepalive_timeout_s=a.keepalive_timeout,
+        max_connections=a.max_connections,
+        batch_budget_s=a.batch_budget,
     )
     try:
         settings.check()
@@ -69,7 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=settings.port,
         workers=settings.workers,
         log_level=settings.log_level,
+        log_config=logs.uvicorn_log_config(settings.log_level),
         access_log=a.access_log,
+        http=GuardedHttpToolsProtocol,
+        limit_concurrency=connection_cap(settings.max_connections),
+        timeout_keep_alive=settings.keepalive_timeout_s,
     )
     return 0
 

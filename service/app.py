@@ -11,17 +11,20 @@ from collections.abc import AsyncIterator
 from importlib import metadata
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import logs
 from service.config import Settings
 from service.deps import json_bytes
+from service.errors import CatchAll, bcetune_error, validation_error
 from service.limits import BodyLimit
 from service.metrics import Metrics, MetricsMiddleware
 from service.routes import health, tables, tiling
 from service.routes import metrics as metrics_routes
 from service.store import TableStore
+from tiling_model import BcetuneError
 
 
 def _version() -> str:
@@ -91,6 +94,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.bench_endpoints:
         app.include_router(tiling.bench_router)
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(BcetuneError, bcetune_error)
+    app.add_middleware(CatchAll)  # innermost: metrics count its 500s
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

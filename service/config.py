@@ -23,6 +23,11 @@ class Settings:
     max_body_bytes: int = 65536
     max_batch: int = 256
     bench_endpoints: bool = False  # a trivial POST for the load benchmark's baseline
+    max_header_bytes: int = 16384  # request line + headers (h11's default); over it: 431, connection closed
+    request_timeout_s: float = 10.0  # a request must arrive complete this long after its connection or first byte
+    keepalive_timeout_s: int = 5  # idle keep-alive connections close after this
+    max_connections: int = 1000  # open connections per worker; past it a request gets a 503 (Retry-After)
+    batch_budget_s: float = 2.0  # server time one batch may spend on answers not cached yet; past it: 503
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -39,6 +44,11 @@ class Settings:
             max_body_bytes=int(env.get("BCETUNE_MAX_BODY", d.max_body_bytes)),
             max_batch=int(env.get("BCETUNE_MAX_BATCH", d.max_batch)),
             bench_endpoints=env.get("BCETUNE_BENCH_ENDPOINTS", "") in ("1", "true"),
+            max_header_bytes=int(env.get("BCETUNE_MAX_HEADER_BYTES", d.max_header_bytes)),
+            request_timeout_s=float(env.get("BCETUNE_REQUEST_TIMEOUT", d.request_timeout_s)),
+            keepalive_timeout_s=int(env.get("BCETUNE_KEEPALIVE_TIMEOUT", d.keepalive_timeout_s)),
+            max_connections=int(env.get("BCETUNE_MAX_CONNECTIONS", d.max_connections)),
+            batch_budget_s=float(env.get("BCETUNE_BATCH_BUDGET", d.batch_budget_s)),
         )
         s.check()
         return s
@@ -55,6 +65,11 @@ class Settings:
             "BCETUNE_MAX_BODY": str(self.max_body_bytes),
             "BCETUNE_MAX_BATCH": str(self.max_batch),
             "BCETUNE_BENCH_ENDPOINTS": "1" if self.bench_endpoints else "",
+            "BCETUNE_MAX_HEADER_BYTES": str(self.max_header_bytes),
+            "BCETUNE_REQUEST_TIMEOUT": str(self.request_timeout_s),
+            "BCETUNE_KEEPALIVE_TIMEOUT": str(self.keepalive_timeout_s),
+            "BCETUNE_MAX_CONNECTIONS": str(self.max_connections),
+            "BCETUNE_BATCH_BUDGET": str(self.batch_budget_s),
         }
 
     def check(self) -> None:
@@ -66,5 +81,9 @@ class Settings:
             raise ValueError("workers must be at least 1")
         if self.max_body_bytes < 1024 or self.max_batch < 1 or self.reload_interval_s < 0:
             raise ValueError("max body must be >= 1024 B, max batch >= 1, reload interval >= 0")
+        if self.max_header_bytes < 1024 or self.request_timeout_s <= 0 or self.keepalive_timeout_s < 1:
+            raise ValueError("max header must be >= 1024 B, request timeout > 0 s, keep-alive timeout >= 1 s")
+        if self.max_connections < 1 or self.batch_budget_s <= 0:
+            raise ValueError("max connections must be >= 1 and the batch budget > 0 s")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise ValueError(f"log level {self.log_level!r} is not one of critical, error, warning, info, debug")

@@ -15,6 +15,8 @@ from typing import Any
 from kernel.sources import kernel_source_hash
 from service.logs import LOGGER, event
 from tiling_model import (
+    BadRequest,
+    BcetuneError,
     InvalidTiling,
     TilingData,
     TilingParams,
@@ -69,21 +71,32 @@ class TilingResolver:
     def __init__(self, tables: dict[str, TuningTable]) -> None:
         self.tables = tables
         self.kernel_hash = kernel_source_hash()
-        self._answers: dict[Query, dict[str, Any]] = {}
+        self._answers: dict[Query, dict[str, Any] | BcetuneError] = {}
 
     def cached(self, q: Query) -> dict[str, Any] | None:
-        """The answer if this request was seen before (no work at all), else None."""
-        return self._answers.get(q)
+        """The answer if this request was seen before (no work at all), else None; a request refused
+        before is refused again from the cache (raises the same error)."""
+        doc = self._answers.get(q)
+        if isinstance(doc, BcetuneError):
+            raise doc.with_traceback(None)  # no traceback piling up on the cached instance
+        return doc
 
     def resolve(self, q: Query) -> dict[str, Any]:
-        """Answer ``q`` (cached; the first time may score the whole search space: ~0.2 s)."""
-        doc = self._answers.get(q)
+        """Answer ``q`` (cached, refusals too; the first time may score the whole search space: ~0.2 s)."""
+        doc = self.cached(q)
         if doc is None:
-            doc = self._resolve(q)
-            if len(self._answers) >= CACHE_SIZE:
-                self._answers.pop(next(iter(self._answers)))  # oldest first
-            self._answers[q] = doc
+            try:
+                doc = self._resolve(q)
+            except (BadRequest, InvalidTiling) as e:
+                self._remember(q, e)
+                raise
+            self._remember(q, doc)
         return doc
+
+    def _remember(self, q: Query, outcome: dict[str, Any] | BcetuneError) -> None:
+        if len(self._answers) >= CACHE_SIZE:
+            self._answers.pop(next(iter(self._answers)))  # oldest first
+        self._answers[q] = outcome
 
     def _tiling(self, q: Query, params: TilingParams) -> TilingData:
         return compute_tiling(list(q.shape), q.variant, params, q.soc)
@@ -143,7 +156,7 @@ class TilingResolver:
                 t = self._tiling(q, TilingParams(**merged))
                 bad = validate(t, soc)
         except TilingError as e:
-            raise InvalidTiling(str(e), []) from None
+            raise InvalidTiling(str(e), [], field=e.field) from None
         if bad:
             raise InvalidTiling(
                 "the requested knobs give a tiling that breaks: " + "; ".join(v.message for v in bad),

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from tiling_model import Dtype, PosWeightForm, Reduction, SocProfile, Variant, Wrt, known_socs, load_soc
-from tiling_model.dtypes import INT_DTYPES
+from tiling_model.dtypes import DTYPE_BYTES, INT_DTYPES
 
 if TYPE_CHECKING:
     from service.store import LoadedTable
@@ -52,8 +52,8 @@ class TilingRequest(BaseModel):
         },
     )
 
+    dtype: Dtype  # before shape: the shape's byte bound depends on it
     shape: list[int] = Field(max_length=MAX_DIMS, description=f"dims, each 0..{MAX_DIM}; at most {MAX_DIMS}")
-    dtype: Dtype
     reduction: Reduction = "none"
     soc: str | None = Field(None, description="target SoC (GET /socs); default: the service's default SoC")
     weight: bool = Field(True, description="the optional weight input is present")
@@ -63,7 +63,7 @@ class TilingRequest(BaseModel):
 
     @field_validator("shape")
     @classmethod
-    def _dims(cls, shape: list[int]) -> list[int]:
+    def _dims(cls, shape: list[int], info: ValidationInfo) -> list[int]:
         n = 1
         for i, d in enumerate(shape):
             if d < 0:
@@ -73,7 +73,20 @@ class TilingRequest(BaseModel):
             n *= d
         if n > INT64_MAX:
             raise ValueError(f"element count {n} exceeds int64")
+        dtype = info.data.get("dtype")
+        if dtype in DTYPE_BYTES and n * DTYPE_BYTES[dtype] > INT64_MAX:
+            raise ValueError(
+                f"{n} {dtype} elements are {n * DTYPE_BYTES[dtype]} B, "
+                f"beyond the kernel's int64 GM offsets ({INT64_MAX})"
+            )
         return shape
+
+    @field_validator("pos_weight")
+    @classmethod
+    def _last_dim_needs_a_dim(cls, pos_weight: str, info: ValidationInfo) -> str:
+        if pos_weight == "last_dim" and info.data.get("shape") == []:
+            raise ValueError("pos_weight='last_dim' needs a shape with at least one dim (its C is the last dim)")
+        return pos_weight
 
     @field_validator("soc")
     @classmethod
@@ -102,12 +115,6 @@ class TilingRequest(BaseModel):
     def variant(self) -> Variant:
         """The call's variant (every rule it checks is checked above, naming the field)."""
         return Variant(self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt)
-
-    @model_validator(mode="after")
-    def _last_dim_needs_a_dim(self) -> TilingRequest:
-        if self.pos_weight == "last_dim" and not self.shape:
-            raise ValueError("pos_weight='last_dim' needs a shape with at least one dim")
-        return self
 
 
 class BatchRequest(BaseModel):
@@ -307,7 +314,7 @@ class TableInfo(BaseModel):
             "examples": [
                 {
                     "soc": "Ascend910B2",
-                    "path": "service/tables/Ascend910B2.json",
+                    "path": "Ascend910B2.json",
                     "schema_version": 2,
                     "backend": "model",
                     "created": "2026-11-30T11:26:35",
@@ -323,7 +330,7 @@ class TableInfo(BaseModel):
     )
 
     soc: str
-    path: str
+    path: str = Field(description="the table file, relative to the tables directory")
     schema_version: int
     backend: str
     created: str
@@ -339,7 +346,7 @@ class TableInfo(BaseModel):
         t = lt.table
         return cls(
             soc=soc,
-            path=str(lt.path),
+            path=lt.path.name,  # the file name only: a public answer shows no server paths
             schema_version=t.schema_version,
             backend=t.backend,
             created=t.created,
@@ -380,4 +387,8 @@ class ReadyResponse(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorResponse, "description": "request body over the size limit"},
     422: {"model": ErrorResponse, "description": "a field breaks a rule (loc names it, msg says which)"},
+    503: {
+        "model": ErrorResponse,
+        "description": "a batch over its server-time budget (Retry-After; retry: its answers are cached)",
+    },
 }

@@ -7,7 +7,10 @@ a schema error) leaves the old snapshot serving.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import stat
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,9 +19,10 @@ from kernel.sources import kernel_source_hash
 from service.logs import LOGGER, event
 from service.resolver import TilingResolver
 from tiling_model import BadRequest, TableError, compute_tiling, known_socs, load_soc, validate
-from tiling_model.tables import TuningTable, load_table
+from tiling_model.tables import TuningTable, table_from_json
 
 log = logging.getLogger(LOGGER)
+MAX_TABLE_BYTES = 64 * 2**20  # the shipped tables are ~1 MiB
 
 
 @dataclass(frozen=True)
@@ -81,8 +85,38 @@ def _checked(table: TuningTable, path: Path, kernel_hash: str) -> LoadedTable:
     return LoadedTable(replace(table, entries=tuple(keep)), path, tuple(invalid), tuple(stale))
 
 
-def load_snapshot(directory: Path) -> Snapshot:
-    """Every ``<SoC>.json`` in ``directory``; any unusable file raises TableError naming it."""
+def read_table_file(path: Path) -> TuningTable:
+    """One table file, read defensively: a regular file (a FIFO or a device named like a table would
+    hang or never end), at most MAX_TABLE_BYTES, UTF-8 JSON; anything else is a TableError naming it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO must not wait for a writer
+    except OSError as e:
+        raise TableError(f"{path}: cannot open ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise TableError(f"{path}: not a regular file")
+        if st.st_size > MAX_TABLE_BYTES:
+            raise TableError(f"{path}: {st.st_size} B, over the {MAX_TABLE_BYTES} B a table may have")
+        try:
+            raw = f.read(MAX_TABLE_BYTES + 1)
+        except OSError as e:
+            raise TableError(f"{path}: cannot read ({e.strerror})") from None
+    if len(raw) > MAX_TABLE_BYTES:
+        raise TableError(f"{path}: grew past the {MAX_TABLE_BYTES} B a table may have while being read")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise TableError(f"{path}: not UTF-8 (byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise TableError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return table_from_json(doc, str(path))
+
+
+def load_snapshot(directory: Path, reload: bool = False) -> Snapshot:
+    """Every ``<SoC>.json`` in ``directory``; any unusable file raises TableError naming it. A reload
+    is stricter than the start: it also refuses a directory with no table and a table none of whose
+    entries validates (the tables serving now are better than those)."""
     if not directory.is_dir():
         raise TableError(f"{directory}: tables directory does not exist")
     signature = _signature(directory)
@@ -91,10 +125,14 @@ def load_snapshot(directory: Path) -> Snapshot:
     for path in sorted(directory.glob("*.json")):
         if path.stem not in known_socs():
             raise TableError(f"{path}: file name is not a known SoC ({', '.join(known_socs())})")
-        table = load_table(path)
+        table = read_table_file(path)
         if table.soc != path.stem:
             raise TableError(f"{path}: holds SoC {table.soc!r}, but the file is named for {path.stem!r}")
         tables[table.soc] = _checked(table, path, kernel_hash)
+        if reload and not tables[table.soc].table.entries:
+            raise TableError(f"{path}: no entry validates ({len(tables[table.soc].invalid)} dropped)")
+    if reload and not tables:
+        raise TableError("the tables directory has no <SoC>.json table left")
     return Snapshot(tables, TilingResolver({s: lt.table for s, lt in tables.items()}), signature)
 
 
@@ -119,15 +157,19 @@ class TableStore:
         return sig != self.snapshot.signature and sig != self._refused_signature
 
     def reload(self, reason: str) -> bool:
-        """Load the directory anew; swap it in if every file is good, else keep serving the old."""
-        with self._lock:
+        """Load the directory anew; swap it in if every file is good, else keep serving the old. One
+        reload at a time: a reload asked for while one runs is skipped (False), never queued."""
+        if not self._lock.acquire(blocking=False):
+            event(log, logging.WARNING, "table reload already running; this one skipped", reason=reason)
+            return False
+        try:
             signature = _signature(self.directory)
             try:
-                new = load_snapshot(self.directory)
+                new = load_snapshot(self.directory, reload=True)
             except (TableError, OSError) as e:
                 self._refused_signature = signature
                 self.failed_reloads += 1
-                self.last_error = str(e)
+                self.last_error = self.public(str(e))
                 event(
                     log,
                     logging.ERROR,
@@ -149,3 +191,11 @@ class TableStore:
                 entries=sum(len(t.table.entries) for t in new.tables.values()),
             )
             return True
+        finally:
+            self._lock.release()
+
+    def public(self, message: str) -> str:
+        """``message`` without the server's directory (paths relative to the tables directory)."""
+        for d in (str(self.directory.resolve()), str(self.directory)):
+            message = message.replace(d + os.sep, "").replace(d, "the tables directory")
+        return message

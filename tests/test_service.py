@@ -239,10 +239,14 @@ def test_given_knobs_that_break_a_rule_are_a_422_with_the_violations(server: Ser
     r = post(server, {"shape": [1 << 20], "dtype": "float32", "params": {"tile_bytes": 65536, "buffer_num": 2}})
     assert r.status_code == 422
     (item,) = r.json()["detail"]
-    assert item["loc"] == ["body", "params"] and item["type"] == "invalid_tiling"
+    assert item["loc"] == ["body", "params", "tile_bytes"] and item["type"] == "invalid_tiling"
     assert [v["kind"] for v in item["violations"]] == ["ub_overflow"]
     r = post(server, {"shape": [100], "dtype": "float32", "params": {"block_bytes": 36}})
-    assert r.status_code == 422 and "not a multiple of 32" in r.json()["detail"][0]["msg"]
+    (item,) = r.json()["detail"]
+    assert r.status_code == 422 and "not a multiple of 32" in item["msg"]
+    assert item["loc"] == ["body", "params", "block_bytes"]
+    r = post(server, {"shape": [1 << 20], "dtype": "float32", "params": {"core_num": 48, "buffer_num": 4}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "params", "buffer_num"]
 
 
 def test_batch_answers_in_order_like_single_requests(server: Server) -> None:
@@ -253,7 +257,7 @@ def test_batch_answers_in_order_like_single_requests(server: Server) -> None:
     bad = server.post(
         "/tiling/batch", {"requests": [reqs[0], {"shape": [8], "dtype": "float32", "params": {"tile_bytes": 65536}}]}
     )
-    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "requests", 1, "params"]
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "requests", 1, "params", "tile_bytes"]
     too_many = server.post("/tiling/batch", {"requests": [reqs[1]] * 257})
     assert too_many.status_code == 422 and "at most 256" in too_many.json()["detail"][0]["msg"]
     empty = server.post("/tiling/batch", {"requests": []})
@@ -286,7 +290,10 @@ def test_metrics_count_requests_sources_and_latency(server: Server) -> None:
         ({"shape": [4], "dtype": "int32", "reduction": "sum"}, "reduction", "supports reduction 'none' only"),
         ({"shape": [4], "dtype": "int16", "reduction": "mean"}, "reduction", "supports reduction 'none' only"),
         ({"shape": [4], "dtype": "float32", "pos_weight": "full", "wrt": "probability"}, "wrt", "logit' only"),
-        ({"shape": [], "dtype": "float32", "pos_weight": "last_dim"}, "body", "at least one dim"),
+        ({"shape": [], "dtype": "float32", "pos_weight": "last_dim"}, "pos_weight", "at least one dim"),
+        ({"shape": [2**31 - 1] * 2, "dtype": "float32"}, "shape", "beyond the kernel's int64 GM offsets"),
+        ({"shape": [4], "dtype": "int16", "wrt": "probability"}, "wrt", "needs a float dtype"),
+        ({"shape": [], "dtype": "int32", "wrt": "probability"}, "wrt", "needs a float dtype"),
         ({"shape": [4], "dtype": "float32", "pos_weight": "row"}, "pos_weight", "'last_dim'"),
         ({"shape": [4], "dtype": "float32", "block": 5}, "block", "Extra inputs are not permitted"),
         ({"shape": [4], "dtype": "float32", "params": {"tile": 5}}, "tile", "Extra inputs are not permitted"),

@@ -69,6 +69,16 @@ def kinds_of(t: TilingData) -> CoreKinds:
     )
 
 
+def exact_bytes_moved(t: TilingData, k: CoreKinds) -> int:
+    """Bytes one launch moves, in Python ints (the simulator's float64 is exact only below 2**53)."""
+    kernel = t.kernel
+    covered = sum(int(c) * int(e) for c, e in zip(k.cores[0], k.elems[0], strict=True))
+    scalar = len(kernel.scalar_inputs) * t.elem_bytes
+    if kernel.scalar_queue_bytes:
+        scalar = sum(int(c) * int(n) for c, n in zip(k.cores[0], k.tiles[0], strict=True)) * kernel.scalar_queue_bytes
+    return kernel.streams * covered * t.elem_bytes + scalar + t.block_dim * kernel.row_bytes
+
+
 def _bottleneck(r: BatchResult, i: int, soc: SocProfile) -> str:
     if r.predicted_us[i] == 0.0:
         return "launch"
@@ -82,10 +92,11 @@ def _bottleneck(r: BatchResult, i: int, soc: SocProfile) -> str:
 
 def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: bool = False) -> Prediction:
     profile = soc or load_soc(t.soc)
-    r = simulate(t.kernel, kinds_of(t), profile, np.array([t.n]), warm_l2)
+    kinds = kinds_of(t)
+    r = simulate(t.kernel, kinds, profile, np.array([t.n]), warm_l2)
     us = float(r.predicted_us[0])
     roof = float(r.roofline_us[0])
-    moved = int(r.bytes_moved[0])
+    moved = exact_bytes_moved(t, kinds)
     return Prediction(
         predicted_us=us,
         roofline_us=roof,

@@ -29,15 +29,20 @@ class BadRequest(BcetuneError, ValueError):
 
     kind = "bad_request"
 
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field  # the input it concerns (a knob, "shape", "dtype"...), where one does
+
 
 class InvalidTiling(BcetuneError, ValueError):
     """A tiling that breaks a hardware rule; ``violations`` lists them (kind, message, count)."""
 
     kind = "invalid_tiling"
 
-    def __init__(self, message: str, violations: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, message: str, violations: list[dict[str, Any]] | None = None, field: str | None = None) -> None:
         super().__init__(message)
         self.violations = violations or []
+        self.field = field  # the knob it concerns, where one does
 
 
 class TableError(BcetuneError, ValueError):

@@ -11,11 +11,13 @@ from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
 
+RANKED = 16  # configurations tried, fastest first, when the fastest does not validate
+
 
 def model_best(n: int, variant: Variant, soc: SocProfile, classes: int = 1) -> TilingData:
     """The model's fastest valid exact-scheme tiling over the whole search space."""
     kernel = bce_grad_kernel(variant, "exact", classes)
-    scored = score_space(kernel, soc, max(n, 1))
+    scored = score_space(kernel, soc, max(n, 1), top=RANKED)
     t = _first_valid(scored, n, variant, soc, classes)
     if t is None:
         raise InvalidTiling(f"no valid tiling in the model's space for n={n} {variant.label()} on {soc.name}")
@@ -30,7 +32,9 @@ def refit(n: int, variant: Variant, soc: SocProfile, tuned: TilingParams, classe
     kernel = bce_grad_kernel(variant, "exact", classes)
     if tuned.block_bytes is None or tuned.buffer_num is None or tuned.buffer_num not in kernel.allowed_buffer_nums():
         return tuned
-    scored = score_space(kernel, soc, max(n, 1), blocks_only=(tuned.block_bytes,), buffers_only=(tuned.buffer_num,))
+    scored = score_space(
+        kernel, soc, max(n, 1), blocks_only=(tuned.block_bytes,), buffers_only=(tuned.buffer_num,), top=RANKED
+    )
     if len(scored) == 0:
         return tuned
     t = _first_valid(scored, n, variant, soc, classes)
@@ -40,7 +44,7 @@ def refit(n: int, variant: Variant, soc: SocProfile, tuned: TilingParams, classe
 def _first_valid(scored: ScoredSpace, n: int, variant: Variant, soc: SocProfile, classes: int) -> TilingData | None:
     """The fastest of the scored configurations whose tiling validates (the best index, then the 16 fastest)."""
     shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
-    for i in [scored.best_index(), *scored.ranked(16)]:
+    for i in [scored.best_index(), *scored.ranked(RANKED)]:
         t = compute_tiling(shape, variant, scored.params(i), soc, "exact")
         if not validate(t, soc):
             return t

@@ -35,6 +35,7 @@ WARMUP = 24
 PERIOD = 12  # a multiple of every possible steady-state cyclicity (buffer_num <= 4)
 REPEAT_BYTES = 256
 GM_ALIGN_BYTES = 512
+SCALAR_ROWS = 6  # up to this many (tiling, core kind) rows, the pipeline runs in plain Python floats
 KINDS = ("big", "small", "last")
 
 
@@ -50,6 +51,10 @@ class CoreKinds:
     tile_elems: np.ndarray  # (M,)
     buffer_num: np.ndarray  # (M,)
     block_dim: np.ndarray  # (M,)
+
+    def take(self, rows: np.ndarray) -> CoreKinds:
+        """The tilings at ``rows`` only."""
+        return CoreKinds(*(getattr(self, f)[rows] for f in CoreKinds.__dataclass_fields__))
 
 
 @dataclass(frozen=True)
@@ -100,10 +105,49 @@ def _pipeline(
 ) -> np.ndarray:
     """End time of the last CopyOut for each row (arrays of shape (R,))."""
     out = np.zeros(ntiles.shape[0])
+    if ntiles.shape[0] <= SCALAR_ROWS:  # one tiling: plain floats beat numpy's per-call cost ~10x
+        for r in range(ntiles.shape[0]):
+            out[r] = _pipeline_row(
+                int(ntiles[r]), tuple(float(x[r]) for x in full), tuple(float(x[r]) for x in tail), int(bn[r])
+            )
+        return out
     for b in np.unique(bn):
         rows = bn == b
         out[rows] = _pipeline_fixed_bn(ntiles[rows], tuple(x[rows] for x in full), tuple(x[rows] for x in tail), int(b))
     return out
+
+
+def _pipeline_row(ntiles: int, full: tuple[float, ...], tail: tuple[float, ...], bn: int) -> float:
+    """``_pipeline_fixed_bn`` for one row in Python floats: the same operations in the same order on
+    the same IEEE doubles, so the same result to the bit (tests/test_tiling_properties.py checks)."""
+    comp_hist, out_hist = [0.0], [0.0]
+    in_end = comp_end = out_end = 0.0
+
+    def step(col: int, active: bool, is_tail: bool) -> None:
+        nonlocal in_end, comp_end, out_end
+        a, b, c = tail if is_tail else full
+        back = max(col - bn, -1) + 1
+        ie = max(in_end, comp_hist[back]) + a
+        ce = max(max(ie, comp_end), out_hist[back]) + b
+        oe = max(ce, out_end) + c
+        if active:
+            in_end, comp_end, out_end = ie, ce, oe
+        comp_hist.append(comp_end)
+        out_hist.append(out_end)
+
+    for i in range(min(WARMUP, ntiles)):
+        step(i, i < ntiles, ntiles - 1 == i)
+    if ntiles > WARMUP:
+        period = (out_hist[WARMUP] - out_hist[WARMUP - PERIOD]) / PERIOD
+        skip = (ntiles - WARMUP - 1) // PERIOD * PERIOD
+        shift = skip * period
+        in_end, comp_end, out_end = in_end + shift, comp_end + shift, out_end + shift
+        comp_hist = [0.0] + [h + shift for h in comp_hist[1:]]
+        out_hist = [0.0] + [h + shift for h in out_hist[1:]]
+        remaining = ntiles - WARMUP - skip
+        for j in range(PERIOD):
+            step(WARMUP + j, j < remaining, remaining - 1 == j)
+    return out_end
 
 
 def _pipeline_fixed_bn(
@@ -144,10 +188,20 @@ def _pipeline_fixed_bn(
     return out_end
 
 
-def simulate(
-    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool = False
-) -> BatchResult:
-    """Predict M tilings of one kernel; ``n`` is the element count per tiling."""
+@dataclass(frozen=True)
+class _Costs:
+    """What a launch costs apart from the pipeline schedule: per-tile stage times and the byte traffic."""
+
+    full: tuple[np.ndarray, np.ndarray, np.ndarray]  # (M, 3) CopyIn, Compute, CopyOut of a full tile
+    tail: tuple[np.ndarray, np.ndarray, np.ndarray]  # (M, 3) the same for the last tile
+    row_us: np.ndarray  # (M,) the pos_weight row copy, once per core
+    bytes_moved: np.ndarray
+    bandwidth_us: np.ndarray
+    roofline_us: np.ndarray
+    launched: np.ndarray
+
+
+def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool) -> _Costs:
     elem = kernel.elem_bytes
     m = k.tiles.shape[0]
     active = np.maximum(k.block_dim, 1).astype(float)
@@ -159,7 +213,6 @@ def simulate(
     agg = 1.0 / ((1.0 - hit) / hbm + hit / soc.l2_gbps)
     agg_peak = 1.0 / ((1.0 - hit) / soc.hbm_peak_gbps + hit / soc.l2_peak_gbps)
     share = (agg / active)[:, None] * np.ones((1, 3))
-    bn = np.repeat(k.buffer_num[:, None], 3, axis=1).ravel()
 
     def stage(elems: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         nbytes = elems * elem
@@ -179,33 +232,63 @@ def simulate(
     tile = np.repeat(k.tile_elems[:, None], 3, axis=1)
     full = stage(np.where(k.tiles > 1, tile, 0))
     tail = stage(k.tail)
-    live = ((k.cores > 0) & (k.tiles > 0)).ravel()
-    end = np.zeros(m * 3)
-    end[live] = _pipeline(
-        k.tiles.ravel()[live], tuple(s.ravel()[live] for s in full), tuple(s.ravel()[live] for s in tail), bn[live]
-    )
-    end = end.reshape(m, 3)
     row_us = copy_us(np.full(m, kernel.row_bytes), soc.mte2_curve_kib_us, share[:, 0], True, 1.0)
-    per_core = np.where((k.cores > 0) & (k.tiles > 0), end + soc.core_start_us + row_us[:, None], 0.0)
-    slowest = per_core.argmax(axis=1)
-    core_us = per_core[np.arange(m), slowest]
-    nfull = np.maximum(k.tiles - 1, 0)
-    busy = np.stack([nfull * f + np.where(k.tiles > 0, t, 0.0) for f, t in zip(full, tail, strict=True)], axis=2)
-    busy = busy[np.arange(m), slowest]
 
-    covered = (k.cores * k.elems).sum(axis=1)
-    scalar_bytes = len(kernel.scalar_inputs) * elem
+    # byte counts in float64: streams x n x 8 B passes int64 for n above ~1e17 (exact below 2**53)
+    covered = (k.cores * k.elems).sum(axis=1).astype(float)
+    scalar_bytes: np.ndarray | float = float(len(kernel.scalar_inputs) * elem)
     if kernel.scalar_queue_bytes:
-        scalar_bytes = (k.cores * k.tiles).sum(axis=1) * kernel.scalar_queue_bytes
+        scalar_bytes = (k.cores * k.tiles).sum(axis=1).astype(float) * kernel.scalar_queue_bytes
     bytes_moved = streams * covered * elem + scalar_bytes + k.block_dim * kernel.row_bytes
     misaligned = 1.0 - (k.cores * ~k.aligned).sum(axis=1) / np.maximum(k.cores.sum(axis=1), 1) * (
         1.0 - soc.misaligned_bw_factor
     )
     bandwidth_us = bytes_moved / (agg * 1e3 * misaligned)
     launched = k.block_dim > 0
-    predicted = np.where(launched, soc.launch_us + np.maximum(core_us, bandwidth_us), 0.0)
     roofline = np.where(launched, soc.launch_us + bytes_moved / (agg_peak * 1e3), 0.0)
-    return BatchResult(predicted, core_us, bandwidth_us, busy, bytes_moved, roofline)
+    return _Costs(full, tail, row_us, bytes_moved, bandwidth_us, roofline, launched)
+
+
+def simulate(
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool = False
+) -> BatchResult:
+    """Predict M tilings of one kernel; ``n`` is the element count per tiling."""
+    m = k.tiles.shape[0]
+    c = _costs(kernel, k, soc, n, warm_l2)
+    full, tail = c.full, c.tail
+    bn = np.repeat(k.buffer_num[:, None], 3, axis=1).ravel()
+    live = ((k.cores > 0) & (k.tiles > 0)).ravel()
+    end = np.zeros(m * 3)
+    end[live] = _pipeline(
+        k.tiles.ravel()[live], tuple(s.ravel()[live] for s in full), tuple(s.ravel()[live] for s in tail), bn[live]
+    )
+    end = end.reshape(m, 3)
+    per_core = np.where((k.cores > 0) & (k.tiles > 0), end + soc.core_start_us + c.row_us[:, None], 0.0)
+    slowest = per_core.argmax(axis=1)
+    core_us = per_core[np.arange(m), slowest]
+    nfull = np.maximum(k.tiles - 1, 0)
+    busy = np.stack([nfull * f + np.where(k.tiles > 0, t, 0.0) for f, t in zip(full, tail, strict=True)], axis=2)
+    busy = busy[np.arange(m), slowest]
+    predicted = np.where(c.launched, soc.launch_us + np.maximum(core_us, c.bandwidth_us), 0.0)
+    return BatchResult(predicted, core_us, c.bandwidth_us, busy, c.bytes_moved, c.roofline_us)
+
+
+def lower_bound_us(
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool = False
+) -> np.ndarray:
+    """A lower bound on ``simulate(...).predicted_us`` per tiling, without the pipeline schedule: each
+    core's last CopyOut ends no earlier than the longest chain of its tiles' stages (all CopyIns then the
+    last tile's Compute and CopyOut; the first CopyIn, all Computes, the last CopyOut; the first CopyIn
+    and Compute, all CopyOuts). Cheap enough to score a whole space and simulate only what can win."""
+    c = _costs(kernel, k, soc, n, warm_l2)
+    (a, b, cc), (ta, tb, tc) = c.full, c.tail
+    nfull = np.maximum(k.tiles - 1, 0)
+    single = k.tiles <= 1
+    a1, b1 = np.where(single, ta, a), np.where(single, tb, b)
+    chain = np.maximum.reduce([nfull * a + ta + tb + tc, a1 + nfull * b + tb + tc, a1 + b1 + nfull * cc + tc])
+    live = (k.cores > 0) & (k.tiles > 0)
+    per_core = np.where(live, chain + soc.core_start_us + c.row_us[:, None], 0.0)
+    return np.where(c.launched, soc.launch_us + np.maximum(per_core.max(axis=1), c.bandwidth_us), 0.0)
 
 
 def kinds_exact(

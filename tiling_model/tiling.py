@@ -154,12 +154,12 @@ def element_count(shape: Sequence[int]) -> int:
     n = 1
     for i, d in enumerate(shape):
         if isinstance(d, bool) or not isinstance(d, int):
-            raise TilingError(f"shape[{i}] must be an integer, got {d!r}")
+            raise TilingError(f"shape[{i}] must be an integer, got {d!r}", "shape")
         if d < 0:
-            raise TilingError(f"shape[{i}] is negative ({d})")
+            raise TilingError(f"shape[{i}] is negative ({d})", "shape")
         n *= d
     if n > INT64_MAX:
-        raise TilingError(f"element count {n} exceeds int64")
+        raise TilingError(f"element count {n} exceeds int64", "shape")
     return n
 
 
@@ -193,10 +193,10 @@ def resolve_params(
     for name in KNOB_NAMES:
         v = getattr(p, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise TilingError(f"{name} must be a positive integer, got {v!r}")
+            raise TilingError(f"{name} must be a positive integer, got {v!r}", name)
     block = p.block_bytes if p.block_bytes is not None else SEED_BLOCK_BYTES
     if block % 32:
-        raise TilingError(f"block_bytes={block} is not a multiple of 32 (the UB block and GM copy unit)")
+        raise TilingError(f"block_bytes={block} is not a multiple of 32 (the UB block and GM copy unit)", "block_bytes")
     bn = p.buffer_num if p.buffer_num is not None else _default_buffer_num(kernel, scheme)
     tile = p.tile_bytes if p.tile_bytes is not None else _default_tile(kernel, soc, scheme, block, bn)
     _check_tile(tile, kernel.dtype, block, scheme)
@@ -219,7 +219,7 @@ def _default_tile(kernel: ElementwiseKernel, soc: SocProfile, scheme: Scheme, bl
 def _check_tile(tile: int, dtype: Dtype, block: int, scheme: Scheme) -> None:
     elem = DTYPE_BYTES[dtype]
     if tile % elem:
-        raise TilingError(f"tile_bytes={tile} is not a multiple of the {dtype} size ({elem} B)")
+        raise TilingError(f"tile_bytes={tile} is not a multiple of the {dtype} size ({elem} B)", "tile_bytes")
     if scheme == "seed" and tile % block:
         raise TilingError(
             f"the seed scheme tiles in whole blocks: tile_bytes={tile} is not a multiple of block_bytes={block}"
