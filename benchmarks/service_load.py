@@ -4,7 +4,9 @@ the same server and worker count:
 - **cold**: every request distinct (random shapes of 1e3..1e9 elements, the tuned range, and random
   variants), so each one is resolved: table lookup, re-fit to the size, validation, response;
 - **warm**: 8 shapes repeated, so after their first answer it measures the answer cache;
-- error checks at 64 and 256 connections (warm mix).
+- cold throughput at 1, 8 and 32 connections (does it fall as connections rise?);
+- error checks at 64 and 256 connections (warm mix);
+- hostile clients: a silent connection, a header flood, connections past the cap (what happens, how fast).
 
 Run: ``make bench-service``. Prints what it measured in this run; no thresholds are asserted
 (this machine is shared and noisy), but the targets are printed beside the figures.
@@ -169,15 +171,83 @@ def run(url: str, path: str, bodies: list[str], conns: int, seconds: int) -> dic
         return wrk(url + path, script, conns, seconds)
 
 
+def _read_all(s: socket.socket) -> bytes:
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except OSError:
+        pass
+    return out
+
+
+def status_line(answer: bytes) -> str:
+    return answer.split(b"\r\n")[0].decode() or "(connection closed without an answer)"
+
+
+def rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS"))) / 1024
+
+
+def hostile_outcomes(url: str, pid: int, max_connections: int) -> list[str]:
+    """What a slow client, a header flood and a connection flood get, measured against the running server."""
+    host, port = url.removeprefix("http://").split(":")
+    out = []
+
+    def connect() -> socket.socket:
+        c = socket.create_connection((host, int(port)))
+        c.settimeout(60)
+        return c
+
+    c, start = connect(), time.monotonic()
+    c.sendall(b"POST /tiling HTTP/1.1\r\nHost: x\r\n")  # headers that never finish
+    answer = _read_all(c)
+    out.append(f"slow client (headers never finish): {status_line(answer)} after {time.monotonic() - start:.1f} s")
+    before, sent = rss_mib(pid), 0
+    c = connect()
+    try:
+        c.sendall(b"POST /tiling HTTP/1.1\r\nHost: x\r\n")
+        while sent < 1 << 30:  # up to 1 GiB of headers
+            c.sendall(b"X-Junk: " + b"a" * 65536 + b"\r\n")
+            sent += 65546
+    except OSError:
+        pass
+    answer = _read_all(c)
+    out.append(
+        f"header flood: {status_line(answer)} after {sent / 2**20:.1f} MiB sent; "
+        f"server RSS {before:.0f} -> {rss_mib(pid):.0f} MiB"
+    )
+    held = []
+    try:
+        for _ in range(max_connections + 5):
+            held.append(connect())
+        time.sleep(0.3)
+        c = connect()
+        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = _read_all(c)
+        status = status_line(answer)
+        retry = "with Retry-After" if b"retry-after" in answer else "without Retry-After"
+        out.append(f"{len(held)} idle connections open (cap {max_connections}), one more request: {status} {retry}")
+    finally:
+        for h in held:
+            h.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--cold-bodies", type=int, default=60000, help="distinct requests in the cold mix")
+    ap.add_argument("--max-connections", type=int, default=300, help="the server's connection cap in this run")
     a = ap.parse_args()
     cold = cold_bodies(a.cold_bodies)
     warm = [json.dumps({"shape": s, "dtype": d, "reduction": r}) for s, d, r in SHAPES]
-    server, url = start_server(["--workers", str(a.workers)], dict(os.environ, BCETUNE_BENCH_ENDPOINTS="1"))
+    server, url = start_server(
+        ["--workers", str(a.workers), "--max-connections", str(a.max_connections)],
+        dict(os.environ, BCETUNE_BENCH_ENDPOINTS="1"),
+    )
     try:
         answer_each(url, cold[:20])  # the cold mix is valid input (a 4xx would be measured as an error)
         cold = cold[20:]
@@ -195,24 +265,28 @@ def main() -> int:
         rows.append(("POST /bench/trivial (cold mix)", 8, trivial))
         cold_r = run(url, "/tiling", cold, 8, a.seconds)
         rows.append(("POST /tiling cold", 8, cold_r))
-        repeated = cold_r["requests"] > len(cold)
+        sent = int(cold_r["requests"])
+        for conns in (1, 32):  # fresh bodies for each run: none of them answered before
+            rows.append(("POST /tiling cold", conns, r := run(url, "/tiling", cold[sent:], conns, a.seconds)))
+            sent += int(r["requests"])
+        repeated = sent > len(cold)
         for conns in (64, 256):
             rows.append(("POST /tiling warm (cache)", conns, run(url, "/tiling", warm, conns, a.seconds)))
         print(f"{'endpoint':<32}{'conns':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
         for name, conns, r in rows:
             print(f"{name:<32}{conns:>6}{r['rps']:>10.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['errors']:>8.0f}")
         if repeated:
-            print(
-                f"note: the cold run sent {cold_r['requests']:.0f} requests, more than its {len(cold)} bodies: "
-                "the tail repeated (raise --cold-bodies)"
-            )
+            print(f"note: the cold runs sent {sent} requests, more than {len(cold)} bodies: raise --cold-bodies")
         ratio = cold_r["rps"] / trivial["rps"] if trivial["rps"] else 0.0
         warm_ratio = warm_r["rps"] / trivial_warm["rps"] if trivial_warm["rps"] else 0.0
         print(
             f"cold /tiling = {100 * ratio:.1f}% of the trivial endpoint's throughput, p99 {cold_r['p99_ms']:.2f} ms; "
             f"warm (cache hits) = {100 * warm_ratio:.1f}%, p99 {warm_r['p99_ms']:.2f} ms; "
-            f"errors at 64/256 connections: {rows[4][2]['errors']:.0f}/{rows[5][2]['errors']:.0f}"
+            f"errors at 64/256 connections: {rows[6][2]['errors']:.0f}/{rows[7][2]['errors']:.0f}"
         )
+        if a.workers == 1:
+            for line in hostile_outcomes(url, server.pid, a.max_connections):
+                print(line)
     finally:
         server.terminate()
         server.wait(timeout=10)
