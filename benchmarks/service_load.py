@@ -132,12 +132,16 @@ def parse(out: str) -> dict[str, float]:
         scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
         return float(m.group(1)) * scale
 
-    errors = 0
+    socket_errors = timeouts = 0
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     if m:
-        errors += sum(int(x) for x in m.groups())
+        socket_errors = sum(int(x) for x in m.groups()[:3])
+        timeouts = int(m.group(4))
     non2xx = num(r"Non-2xx or 3xx responses: (\d+)") or 0
+    errors = socket_errors + timeouts + non2xx
     return {
+        "timeouts": timeouts,
+        "non2xx": non2xx,
         "rps": num(r"Requests/sec:\s+([\d.]+)") or 0.0,
         "p50_ms": latency("50%"),
         "p99_ms": latency("99%"),
@@ -148,7 +152,16 @@ def parse(out: str) -> dict[str, float]:
 
 def wrk(url: str, script: Path, connections: int, seconds: int) -> dict[str, float]:
     out = subprocess.run(
-        ["wrk", f"-t{THREADS}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        [
+            "wrk",
+            f"-t{min(THREADS, connections)}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -284,6 +297,13 @@ def main() -> int:
             f"warm (cache hits) = {100 * warm_ratio:.1f}%, p99 {warm_r['p99_ms']:.2f} ms; "
             f"errors at 64/256 connections: {rows[6][2]['errors']:.0f}/{rows[7][2]['errors']:.0f}"
         )
+        for name, conns, r in rows:
+            if r["errors"]:
+                print(
+                    f"  {name} at {conns} connections: {r['non2xx']:.0f} non-2xx (503: server at its in-flight cap), "
+                    f"{r['timeouts']:.0f} wrk timeouts (no answer within 2 s), "
+                    f"{r['errors'] - r['non2xx'] - r['timeouts']:.0f} socket errors"
+                )
         if a.workers == 1:
             for line in hostile_outcomes(url, server.pid, a.max_connections):
                 print(line)
