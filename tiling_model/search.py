@@ -6,7 +6,7 @@ from __future__ import annotations
 from tiling_model.errors import InvalidTiling
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.soc import SocProfile
-from tiling_model.space import ScoredSpace, score_space
+from tiling_model.space import score_space
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
@@ -16,9 +16,7 @@ RANKED = 16  # configurations tried, fastest first, when the fastest does not va
 
 def model_best(n: int, variant: Variant, soc: SocProfile, classes: int = 1) -> TilingData:
     """The model's fastest valid exact-scheme tiling over the whole search space."""
-    kernel = bce_grad_kernel(variant, "exact", classes)
-    scored = score_space(kernel, soc, max(n, 1), top=RANKED)
-    t = _first_valid(scored, n, variant, soc, classes)
+    t = _fastest_valid(n, variant, soc, classes, None, None)
     if t is None:
         raise InvalidTiling(f"no valid tiling in the model's space for n={n} {variant.label()} on {soc.name}")
     return t
@@ -32,19 +30,30 @@ def refit(n: int, variant: Variant, soc: SocProfile, tuned: TilingParams, classe
     kernel = bce_grad_kernel(variant, "exact", classes)
     if tuned.block_bytes is None or tuned.buffer_num is None or tuned.buffer_num not in kernel.allowed_buffer_nums():
         return tuned
-    scored = score_space(
-        kernel, soc, max(n, 1), blocks_only=(tuned.block_bytes,), buffers_only=(tuned.buffer_num,), top=RANKED
-    )
-    if len(scored) == 0:
-        return tuned
-    t = _first_valid(scored, n, variant, soc, classes)
+    t = _fastest_valid(n, variant, soc, classes, (tuned.block_bytes,), (tuned.buffer_num,))
     return TilingParams(**t.params.as_dict()) if t is not None else tuned
 
 
-def _first_valid(scored: ScoredSpace, n: int, variant: Variant, soc: SocProfile, classes: int) -> TilingData | None:
-    """The fastest of the scored configurations whose tiling validates (the best index, then the 16 fastest)."""
+def _fastest_valid(
+    n: int,
+    variant: Variant,
+    soc: SocProfile,
+    classes: int,
+    blocks_only: tuple[int, ...] | None,
+    buffers_only: tuple[int, ...] | None,
+) -> TilingData | None:
+    """The fastest configuration whose tiling validates: the best one (scored alone, which prunes the
+    most), else the RANKED fastest in order; None if none of them validates."""
+    kernel = bce_grad_kernel(variant, "exact", classes)
     shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
-    for i in [scored.best_index(), *scored.ranked(RANKED)]:
+    scored = score_space(kernel, soc, max(n, 1), blocks_only=blocks_only, buffers_only=buffers_only, top=1)
+    if len(scored) == 0:
+        return None
+    t = compute_tiling(shape, variant, scored.params(scored.best_index()), soc, "exact")
+    if not validate(t, soc):
+        return t
+    scored = score_space(kernel, soc, max(n, 1), blocks_only=blocks_only, buffers_only=buffers_only, top=RANKED)
+    for i in scored.ranked(RANKED):
         t = compute_tiling(shape, variant, scored.params(i), soc, "exact")
         if not validate(t, soc):
             return t

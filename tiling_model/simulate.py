@@ -24,6 +24,7 @@ in L2 stream at L2 bandwidth).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,7 @@ WARMUP = 24
 PERIOD = 12  # a multiple of every possible steady-state cyclicity (buffer_num <= 4)
 REPEAT_BYTES = 256
 GM_ALIGN_BYTES = 512
+BOUND_SLACK = 1e-9  # relative and absolute (us): the simulator's period jump is exact to float rounding
 SCALAR_ROWS = 6  # up to this many (tiling, core kind) rows, the pipeline runs in plain Python floats
 KINDS = ("big", "small", "last")
 
@@ -67,6 +69,7 @@ class BatchResult:
     roofline_us: np.ndarray  # launch + bytes over the peak bandwidth (HBM; with warm L2, the L2 mix)
 
 
+@functools.lru_cache(maxsize=64)
 def _curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray, float, float]:
     kib = np.array([p[0] for p in points]) * 1024.0
     us = np.array([p[1] for p in points])
@@ -200,6 +203,13 @@ class _Costs:
     roofline_us: np.ndarray
     launched: np.ndarray
 
+    def take(self, rows: np.ndarray) -> _Costs:
+        return _Costs(
+            tuple(x[rows] for x in self.full),
+            tuple(x[rows] for x in self.tail),
+            *(getattr(self, f)[rows] for f in ("row_us", "bytes_moved", "bandwidth_us", "roofline_us", "launched")),
+        )
+
 
 def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool) -> _Costs:
     elem = kernel.elem_bytes
@@ -253,8 +263,12 @@ def simulate(
     kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool = False
 ) -> BatchResult:
     """Predict M tilings of one kernel; ``n`` is the element count per tiling."""
+    return _schedule(k, _costs(kernel, k, soc, n, warm_l2), soc)
+
+
+def _schedule(k: CoreKinds, c: _Costs, soc: SocProfile) -> BatchResult:
+    """The pipeline schedule of each core kind on top of the stage costs, and the launch's time."""
     m = k.tiles.shape[0]
-    c = _costs(kernel, k, soc, n, warm_l2)
     full, tail = c.full, c.tail
     bn = np.repeat(k.buffer_num[:, None], 3, axis=1).ravel()
     live = ((k.cores > 0) & (k.tiles > 0)).ravel()
@@ -273,22 +287,64 @@ def simulate(
     return BatchResult(predicted, core_us, c.bandwidth_us, busy, c.bytes_moved, c.roofline_us)
 
 
-def lower_bound_us(
+class Bounded:
+    """Bounds on the prediction of M tilings (``bounds_us``), and the exact prediction of any of them
+    from the same stage costs (no second cost computation)."""
+
+    def __init__(self, kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool) -> None:
+        self.kinds, self.soc = k, soc
+        self.costs = _costs(kernel, k, soc, n, warm_l2)
+        self.lower, self.certain = _bounds(k, self.costs, soc)
+
+    def predicted_us(self, rows: np.ndarray) -> np.ndarray:
+        return _schedule(self.kinds.take(rows), self.costs.take(rows), self.soc).predicted_us
+
+
+def bounds_us(
     kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool = False
-) -> np.ndarray:
-    """A lower bound on ``simulate(...).predicted_us`` per tiling, without the pipeline schedule: each
-    core's last CopyOut ends no earlier than the longest chain of its tiles' stages (all CopyIns then the
-    last tile's Compute and CopyOut; the first CopyIn, all Computes, the last CopyOut; the first CopyIn
-    and Compute, all CopyOuts). Cheap enough to score a whole space and simulate only what can win."""
-    c = _costs(kernel, k, soc, n, warm_l2)
+) -> tuple[np.ndarray, np.ndarray]:
+    """A lower bound on ``simulate(...).predicted_us`` per tiling without the pipeline schedule, and
+    where that bound *is* the prediction, to the bit. Cheap enough to bound a whole space and simulate
+    only what can win (``space.score_space(top=...)``).
+
+    Lower: each core's last CopyOut ends no earlier than its longest chain of stages: all CopyIns then
+    the last tile's Compute and CopyOut; the first CopyIn, all Computes, the last CopyOut; the first
+    CopyIn and Compute, all CopyOuts; and the buffer cycles (tile i's CopyIn waits for tile i-bn's
+    Compute, its Compute for tile i-bn's CopyOut).
+
+    Exact where every core runs one tile (the schedule is that chain, summed in the same order), or
+    where the byte traffic decides: the periodic schedule with period P = max(a, b, c, (a+b)/bn,
+    (b+c)/bn) meets every constraint, so a core ends by (tiles-1) P + a + b + c; when that is still
+    below the traffic's time, the prediction is launch + traffic, which the lower bound is too."""
+    return _bounds(k, _costs(kernel, k, soc, n, warm_l2), soc)
+
+
+def _bounds(k: CoreKinds, c: _Costs, soc: SocProfile) -> tuple[np.ndarray, np.ndarray]:
     (a, b, cc), (ta, tb, tc) = c.full, c.tail
     nfull = np.maximum(k.tiles - 1, 0)
     single = k.tiles <= 1
     a1, b1 = np.where(single, ta, a), np.where(single, tb, b)
-    chain = np.maximum.reduce([nfull * a + ta + tb + tc, a1 + nfull * b + tb + tc, a1 + b1 + nfull * cc + tc])
+    bn = k.buffer_num[:, None]
+    hops = nfull // bn
+    chain = np.maximum.reduce(
+        [
+            nfull * a + ta + tb + tc,
+            a1 + nfull * b + tb + tc,
+            a1 + b1 + nfull * cc + tc,
+            hops * (a + b) + ta + tb + tc,
+            a1 + hops * (b + cc) + tb + tc,
+        ]
+    )
     live = (k.cores > 0) & (k.tiles > 0)
-    per_core = np.where(live, chain + soc.core_start_us + c.row_us[:, None], 0.0)
-    return np.where(c.launched, soc.launch_us + np.maximum(per_core.max(axis=1), c.bandwidth_us), 0.0)
+    fixed = soc.core_start_us + c.row_us[:, None]
+    lower = np.where(
+        c.launched, soc.launch_us + np.maximum(np.where(live, chain + fixed, 0.0).max(axis=1), c.bandwidth_us), 0.0
+    )
+    fa, fb, fc = np.maximum(a, ta), np.maximum(b, tb), np.maximum(cc, tc)
+    period = np.maximum.reduce([fa, fb, fc, (fa + fb) / bn, (fb + fc) / bn])
+    upper = np.where(live, nfull * period + fa + fb + fc + fixed, 0.0).max(axis=1)
+    traffic_decides = upper * (1 + BOUND_SLACK) + BOUND_SLACK < c.bandwidth_us
+    return lower, ~c.launched | single.all(axis=1) | traffic_decides
 
 
 def kinds_exact(

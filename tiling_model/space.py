@@ -12,14 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling_model.kernels import ElementwiseKernel
-from tiling_model.simulate import BatchResult, kinds_exact, lower_bound_us, simulate
+from tiling_model.simulate import BatchResult, Bounded, kinds_exact, simulate
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams
 
 BLOCK_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 BUFFER_CHOICES = (1, 2, 3, 4)
 TILE_STEP_BYTES = 512  # tiles are whole 512-B blocks (GM-aligned copies)
-PRUNE_CHUNK = 24  # configurations simulated in the first round of a pruned scoring
+PRUNE_CHUNK = 8  # configurations simulated in the first round of a pruned scoring
 PRUNE_MARGIN_US = 1e-6  # bounds and predictions agree to ~3e-9 us in float64; ties are 1e-9 apart
 
 
@@ -98,27 +98,30 @@ def score_space(
     the simulator's cheap lower bound, the lowest bounds are simulated first, and simulation goes on
     until no configuration left has a bound below the ``top``-th fastest found (ties included). The
     returned space holds those configurations only; its ``best_index`` and ``ranked(top)`` are the
-    full space's (tests/test_tiling_properties.py compares them). ~10x faster on a bucket's slice."""
+    full space's (tests/test_tiling_properties.py compares them). Only ``predicted_us`` is filled then
+    (the other result fields are NaN): what ranking needs, nothing more."""
     block, bn, tile, cores = enumerate_space(kernel, soc, n, blocks_only, buffers_only)
     kinds = kinds_exact(n, kernel.elem_bytes, block, bn, tile, cores)
     if top is None:
         result = simulate(kernel, kinds, soc, np.full(block.shape, n), warm_l2)
         return ScoredSpace(block, bn, tile, cores, result)
-    bound = lower_bound_us(kernel, kinds, soc, np.full(block.shape, n), warm_l2)
+    bounded = Bounded(kernel, kinds, soc, np.full(block.shape, n), warm_l2)
+    bound, certain = bounded.lower, bounded.certain
     order = np.argsort(bound, kind="stable")
     picked = order[: max(top, PRUNE_CHUNK)]
-    done = np.zeros(block.shape[0], dtype=bool)
-    parts: list[tuple[np.ndarray, BatchResult]] = []
-    while picked.size:
-        sub = kinds.take(picked)
-        parts.append((picked, simulate(kernel, sub, soc, np.full(picked.shape, n), warm_l2)))
-        done[picked] = True
-        found = np.sort(np.concatenate([r.predicted_us for _, r in parts]))
+    predicted = np.where(certain, bound, np.nan)
+    done = certain.copy()
+    while True:
+        rows = picked[~done[picked]]
+        if rows.size:
+            predicted[rows] = bounded.predicted_us(rows)
+            done[rows] = True
+        found = np.sort(predicted[done])
         threshold = found[min(top, found.size) - 1] + PRUNE_MARGIN_US
-        picked = np.nonzero(~done & (bound <= threshold))[0]
-    idx = np.concatenate([i for i, _ in parts])
-    keep = np.argsort(idx)  # the space's own order, so equal predictions rank as in the full space
-    fields = BatchResult.__dataclass_fields__
-    result = BatchResult(*(np.concatenate([getattr(r, f) for _, r in parts])[keep] for f in fields))
-    idx = idx[keep]
+        picked = np.nonzero(bound <= threshold)[0]
+        if done[picked].all():
+            break
+    idx = picked  # ascending: the space's own order, so equal predictions rank as in the full space
+    nan = np.full(idx.shape, np.nan)
+    result = BatchResult(predicted[idx], nan, nan, np.full((idx.size, 3), np.nan), nan, nan)
     return ScoredSpace(block[idx], bn[idx], tile[idx], cores[idx], result)
