@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling_model.plan import core_plan
-from tiling_model.simulate import GM_ALIGN_BYTES, KINDS, BatchResult, CoreKinds, simulate
+from tiling_model.simulate import GM_ALIGN_BYTES, KINDS, BatchResult, CoreKinds, L2State, simulate
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 
@@ -90,7 +90,7 @@ def _bottleneck(r: BatchResult, i: int, soc: SocProfile) -> str:
     return PIPES[int(np.argmax(r.busy_us[i]))]
 
 
-def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: bool = False) -> Prediction:
+def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = False) -> Prediction:
     profile = soc or load_soc(t.soc)
     kinds = kinds_of(t)
     r = simulate(t.kernel, kinds, profile, np.array([t.n]), warm_l2)
@@ -110,6 +110,6 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: bool =
     )
 
 
-def predict(t: TilingData, soc: SocProfile | None = None, warm_l2: bool = False) -> float:
+def predict(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = False) -> float:
     """Predicted kernel time of ``t`` in microseconds (0 for an empty tensor: no launch)."""
     return predict_detail(t, soc, warm_l2).predicted_us

@@ -18,8 +18,8 @@ final tiles are simulated again: cost is O(WARMUP) per core kind, whatever the t
 Copy costs: the measured per-DMA curve of one core, but never faster than the core's share
 of the aggregate HBM bandwidth; copies whose GM start is not 512-B aligned get the SoC's
 misalignment factor on their bandwidth part. The launch can never beat bytes moved over the
-aggregate bandwidth (L2 cold by default; ``warm_l2`` lets the share of the footprint that fits
-in L2 stream at L2 bandwidth).
+aggregate bandwidth (L2 cold by default; ``warm_l2``, an ``L2State``, lets the share of the
+footprint that hits L2 stream at L2 bandwidth: all that fits, or a fitted steady state).
 """
 
 from __future__ import annotations
@@ -39,6 +39,25 @@ GM_ALIGN_BYTES = 512
 BOUND_SLACK = 1e-9  # relative and absolute (us): the simulator's period jump is exact to float rounding
 SCALAR_ROWS = 6  # up to this many (tiling, core kind) rows, the pipeline runs in plain Python floats
 KINDS = ("big", "small", "last")
+
+
+@dataclass(frozen=True)
+class SteadyL2:
+    """L2 in the steady state of repeated launches after warm-up (what profilers report): the share of
+    a launch's traffic that hits L2 falls with its footprint F (bytes read and written) as
+    1 / (1 + (F / half_bytes) ** falloff); half_bytes and falloff are fitted per SoC."""
+
+    half_bytes: float
+    falloff: float
+
+    def hit(self, footprint: np.ndarray) -> np.ndarray:
+        ratio: np.ndarray = np.asarray(footprint, dtype=float) / self.half_bytes
+        return 1.0 / (1.0 + ratio**self.falloff)
+
+
+#: The L2 state a prediction assumes: False = cold (first touch, all HBM), True = warm (the share of
+#: the footprint that fits in L2 hits), or a fitted steady state.
+L2State = bool | SteadyL2
 
 
 @dataclass(frozen=True)
@@ -211,7 +230,7 @@ class _Costs:
         )
 
 
-def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool) -> _Costs:
+def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State) -> _Costs:
     elem = kernel.elem_bytes
     m = k.tiles.shape[0]
     active = np.maximum(k.block_dim, 1).astype(float)
@@ -219,7 +238,12 @@ def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarr
     n = np.asarray(n, dtype=float)
     streams = kernel.streams
     footprint = streams * n * elem
-    hit = np.minimum(1.0, soc.l2_bytes / np.maximum(footprint, 1.0)) if warm_l2 else np.zeros(m)
+    if isinstance(warm_l2, SteadyL2):
+        hit = warm_l2.hit(footprint) * np.ones(m)
+    elif warm_l2:
+        hit = np.minimum(1.0, soc.l2_bytes / np.maximum(footprint, 1.0)) * np.ones(m)
+    else:
+        hit = np.zeros(m)
     agg = 1.0 / ((1.0 - hit) / hbm + hit / soc.l2_gbps)
     agg_peak = 1.0 / ((1.0 - hit) / soc.hbm_peak_gbps + hit / soc.l2_peak_gbps)
     share = (agg / active)[:, None] * np.ones((1, 3))
@@ -260,7 +284,7 @@ def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarr
 
 
 def simulate(
-    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool = False
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State = False
 ) -> BatchResult:
     """Predict M tilings of one kernel; ``n`` is the element count per tiling."""
     return _schedule(k, _costs(kernel, k, soc, n, warm_l2), soc)
@@ -291,7 +315,9 @@ class Bounded:
     """Bounds on the prediction of M tilings (``bounds_us``), and the exact prediction of any of them
     from the same stage costs (no second cost computation)."""
 
-    def __init__(self, kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool) -> None:
+    def __init__(
+        self, kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State
+    ) -> None:
         self.kinds, self.soc = k, soc
         self.costs = _costs(kernel, k, soc, n, warm_l2)
         self.lower, self.certain = _bounds(k, self.costs, soc)
@@ -301,7 +327,7 @@ class Bounded:
 
 
 def bounds_us(
-    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: bool = False
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """A lower bound on ``simulate(...).predicted_us`` per tiling without the pipeline schedule, and
     where that bound *is* the prediction, to the bit. Cheap enough to bound a whole space and simulate

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling_model.kernels import ElementwiseKernel
-from tiling_model.simulate import BatchResult, Bounded, kinds_exact, simulate
+from tiling_model.simulate import BatchResult, Bounded, L2State, kinds_exact, simulate
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams
 
@@ -86,7 +86,7 @@ def score_space(
     kernel: ElementwiseKernel,
     soc: SocProfile,
     n: int,
-    warm_l2: bool = False,
+    warm_l2: L2State = False,
     blocks_only: tuple[int, ...] | None = None,
     buffers_only: tuple[int, ...] | None = None,
     top: int | None = None,

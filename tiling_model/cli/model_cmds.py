@@ -52,6 +52,14 @@ def add_model_commands(sub: SubParsers) -> None:
     c.add_argument("--out", type=Path, help="write the refitted profile here (load it via $BCETUNE_PROFILES)")
     c.add_argument("--json", action="store_true")
 
+    v = sub.add_parser(
+        "crossval", help="the model against measured operators: default settings and leave-one-operator-out fits"
+    )
+    v.add_argument("--soc", default="Ascend910B2", help="the SoC the data was measured on")
+    v.add_argument("--data", type=Path, default=Path("data/calibration"), help="directory of the calibration CSVs")
+    v.add_argument("--no-loo", action="store_true", help="only the default settings (seconds, not minutes)")
+    v.add_argument("--json", action="store_true")
+
     g = sub.add_parser("plot", help="predicted time and fraction of roofline against size (PNG)")
     g.add_argument("--soc", action="append", help="SoC (repeatable; default all)")
     g.add_argument("--dtypes", default=",".join(DTYPES))
@@ -177,9 +185,41 @@ def _plot(a: argparse.Namespace) -> int:
     return 0
 
 
+def _crossval(a: argparse.Namespace) -> int:
+    from tiling_model import crossval as cv
+
+    soc = load_soc(a.soc)
+    cases = cv.read_all(a.data, soc)
+    rows: dict[str, Any] = {}
+    for name, l2 in (("default, L2 cold", False), ("default, L2 warm", True)):
+        rows[name] = cv.report(cases, cv.errors(cases, soc, l2))
+    folds: dict[str, dict[str, float]] = {}
+    if not a.no_loo:
+        errs, fits = cv.leave_one_operator_out(cases, soc)
+        rows["leave-one-operator-out, steady L2"] = cv.report(cases, errs)
+        folds = {op: f.values for op, f in fits.items()}
+    if a.json:
+        print(json.dumps({"soc": soc.name, "cases": len(cases), "reports": rows, "folds": folds}, indent=2))
+        return 0
+    print(f"{soc.name}: {len(cases)} measured calls ({sum(m.primary for m in cases)} primary) from {a.data}")
+    print("|error| of predicted vs measured, primary cases: median / p90 / worst (bias: median signed error)")
+    for name, r in rows.items():
+        print(f"\n{name}")
+        groups = {"all": r["overall"], **r["by_operator"], **r["by_traffic"]}
+        for label, st in groups.items():
+            if st["cases"]:
+                print(
+                    f"  {label:<14} {st['cases']:>4}  {100 * st['median']:6.1f}% {100 * st['p90']:6.1f}% "
+                    f"{100 * st['worst']:6.1f}%  bias {100 * st['bias']:+6.1f}%"
+                )
+    for op, values in folds.items():
+        print(f"fit without {op}: " + ", ".join(f"{k}={v:g}" for k, v in values.items()))
+    return 0
+
+
 def run_model_command(a: argparse.Namespace) -> int:
     try:
-        return {"predict": _predict, "calibrate": _calibrate, "plot": _plot}[a.command](a)
+        return {"predict": _predict, "calibrate": _calibrate, "crossval": _crossval, "plot": _plot}[a.command](a)
     except BadRequest as e:
         print(f"python -m tiling_model: error: {e}", file=sys.stderr)
         return 2
