@@ -32,7 +32,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "core_start_us": (0.0, 10.0),
     "hbm_gbps": (200.0, 5000.0),  # capped at the SoC's hbm_peak_gbps below
     "l2_gbps": (200.0, 20000.0),  # capped at l2_peak_gbps
-    "l2_half_mib": (8.0, 1024.0),
+    "l2_half_mib": (8.0, 1024.0),  # capped at the L2 size: half the traffic hitting needs it resident
     "l2_falloff": (0.5, 8.0),
 }
 TRAFFIC_CLASSES = (("< 4 MB", 0.0, 4e6), ("4-100 MB", 4e6, 100e6), ("> 100 MB", 100e6, float("inf")))
@@ -129,10 +129,10 @@ def fit(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...] = PARA
     data = [m for m in cases if m.primary]
     if not data:
         raise CalibrationError("no primary measurements to fit")
-    peaks = {"hbm_gbps": soc.hbm_peak_gbps, "l2_gbps": soc.l2_peak_gbps}
+    peaks = {"hbm_gbps": soc.hbm_peak_gbps, "l2_gbps": soc.l2_peak_gbps, "l2_half_mib": soc.l2_bytes / 2**20}
     lo = np.array([BOUNDS[p][0] for p in free])
     hi = np.array([min(BOUNDS[p][1], peaks.get(p, np.inf)) for p in free])
-    start = {"l2_half_mib": soc.l2_bytes / 2**20, "l2_falloff": 2.0}
+    start = {"l2_half_mib": soc.l2_bytes / 2**21, "l2_falloff": 2.0}
     x0 = np.clip([start.get(p, getattr(soc, p, 1.0)) for p in free], lo, hi)
 
     def residual(x: np.ndarray) -> np.ndarray:
