@@ -26,7 +26,16 @@ from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingData, TilingParams, tile_kernel
 
 #: Free parameters, their bounds and the regime they serve. Bandwidths stay below their peaks.
-PARAMS = ("launch_us", "core_start_us", "hbm_gbps", "l2_gbps", "l2_half_mib", "l2_falloff")
+PARAMS = (
+    "launch_us",
+    "core_start_us",
+    "hbm_gbps",
+    "l2_gbps",
+    "l2_half_mib",
+    "l2_falloff",
+    "vector_cycle_scale",
+    "vector_cycle_scale_half",
+)
 BOUNDS: dict[str, tuple[float, float]] = {
     "launch_us": (0.5, 20.0),
     "core_start_us": (0.0, 10.0),
@@ -34,6 +43,10 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "l2_gbps": (200.0, 20000.0),  # capped at l2_peak_gbps
     "l2_half_mib": (8.0, 1024.0),  # capped at the L2 size: half the traffic hitting needs it resident
     "l2_falloff": (0.5, 8.0),
+    # cycles per 256-B repeat are MSKPP's issue rates; a kernel's chain of dependent instructions (and
+    # the casts around half types) takes longer: one factor on every vector instruction, at least 1
+    "vector_cycle_scale": (1.0, 6.0),
+    "vector_cycle_scale_half": (1.0, 6.0),  # the same for kernels on 2-byte types (their casts, their chains)
 }
 TRAFFIC_CLASSES = (("< 4 MB", 0.0, 4e6), ("4-100 MB", 4e6, 100e6), ("> 100 MB", 100e6, float("inf")))
 
@@ -105,20 +118,30 @@ class Fitted:
     values: dict[str, float]
 
     def apply(self, soc: SocProfile) -> tuple[SocProfile, L2State]:
+        """The profile with the fitted hardware values (for 4-byte types), and the L2 state."""
+        return self.profile_for(soc, 4), self.l2()
+
+    def profile_for(self, soc: SocProfile, elem_bytes: int) -> SocProfile:
         v = self.values
         hardware: dict[str, Any] = {k: v[k] for k in ("launch_us", "core_start_us", "hbm_gbps", "l2_gbps") if k in v}
-        profile = replace(soc, **hardware)
-        if "l2_half_mib" in v:
-            return profile, SteadyL2(v["l2_half_mib"] * 2**20, v["l2_falloff"])
-        return profile, False
+        scale = v.get(
+            "vector_cycle_scale_half" if elem_bytes == 2 else "vector_cycle_scale", v.get("vector_cycle_scale")
+        )
+        if scale is not None:  # the simulator divides cycles by the clock: scale them through it
+            hardware["clock_mhz"] = soc.clock_mhz / scale
+        return replace(soc, **hardware)
+
+    def l2(self) -> L2State:
+        v = self.values
+        return SteadyL2(v["l2_half_mib"] * 2**20, v["l2_falloff"]) if "l2_half_mib" in v else False
 
 
-def predicted_us(m: Measured, soc: SocProfile, l2: L2State) -> float:
-    return sum(predict(t, soc, l2) for t in m.launches)
+def predicted_us(m: Measured, soc: SocProfile, l2: L2State, fitted: Fitted | None = None) -> float:
+    return sum(predict(t, fitted.profile_for(soc, t.elem_bytes) if fitted else soc, l2) for t in m.launches)
 
 
-def errors(cases: Sequence[Measured], soc: SocProfile, l2: L2State) -> np.ndarray:
-    pred = np.array([predicted_us(m, soc, l2) for m in cases])
+def errors(cases: Sequence[Measured], soc: SocProfile, l2: L2State, fitted: Fitted | None = None) -> np.ndarray:
+    pred = np.array([predicted_us(m, soc, l2, fitted) for m in cases])
     meas = np.array([m.measured_us for m in cases])
     out: np.ndarray = pred / meas - 1.0
     return out
@@ -132,12 +155,13 @@ def fit(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...] = PARA
     peaks = {"hbm_gbps": soc.hbm_peak_gbps, "l2_gbps": soc.l2_peak_gbps, "l2_half_mib": soc.l2_bytes / 2**20}
     lo = np.array([BOUNDS[p][0] for p in free])
     hi = np.array([min(BOUNDS[p][1], peaks.get(p, np.inf)) for p in free])
-    start = {"l2_half_mib": soc.l2_bytes / 2**21, "l2_falloff": 2.0}
+    start = {"l2_half_mib": soc.l2_bytes / 2**21, "l2_falloff": 2.0, "vector_cycle_scale": 1.5}
+    start["vector_cycle_scale_half"] = 1.5
     x0 = np.clip([start.get(p, getattr(soc, p, 1.0)) for p in free], lo, hi)
 
     def residual(x: np.ndarray) -> np.ndarray:
-        profile, l2 = Fitted(dict(zip(free, map(float, x), strict=True))).apply(soc)
-        logs: np.ndarray = np.log1p(errors(data, profile, l2))
+        fitted = Fitted(dict(zip(free, map(float, x), strict=True)))
+        logs: np.ndarray = np.log1p(errors(data, soc, fitted.l2(), fitted))
         return logs
 
     result = least_squares(
@@ -181,7 +205,6 @@ def leave_one_operator_out(cases: Sequence[Measured], soc: SocProfile) -> tuple[
     for op in sorted({m.op for m in cases}):
         train = [m for m in cases if m.op != op]
         fits[op] = fit(train, soc)
-        profile, l2 = fits[op].apply(soc)
         held = [i for i, m in enumerate(cases) if m.op == op]
-        errs[held] = errors([cases[i] for i in held], profile, l2)
+        errs[held] = errors([cases[i] for i in held], soc, fits[op].l2(), fits[op])
     return errs, fits
