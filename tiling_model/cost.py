@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling_model.plan import core_plan
-from tiling_model.simulate import GM_ALIGN_BYTES, KINDS, BatchResult, CoreKinds, L2State, simulate
+from tiling_model.simulate import GM_ALIGN_BYTES, KINDS, CoreKinds, L2State, SteadyL2
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 
@@ -79,34 +79,45 @@ def exact_bytes_moved(t: TilingData, k: CoreKinds) -> int:
     return kernel.streams * covered * t.elem_bytes + scalar + t.block_dim * kernel.row_bytes
 
 
-def _bottleneck(r: BatchResult, i: int, soc: SocProfile) -> str:
-    if r.predicted_us[i] == 0.0:
-        return "launch"
-    body = max(r.core_us[i], r.bandwidth_us[i])
-    if soc.launch_us >= body:
-        return "launch"
-    if r.bandwidth_us[i] >= r.core_us[i]:
-        return "hbm"
-    return PIPES[int(np.argmax(r.busy_us[i]))]
+def l2_hit(t: TilingData, soc: SocProfile, warm_l2: L2State) -> float:
+    """The share of the launch's traffic that hits L2 (``simulate._costs``'s, for one tiling)."""
+    footprint = t.kernel.streams * float(t.n) * t.elem_bytes
+    if isinstance(warm_l2, SteadyL2):
+        return float(warm_l2.hit(np.array([footprint]))[0])
+    if warm_l2:
+        return float(np.minimum(1.0, soc.l2_bytes / np.maximum(np.array([footprint]), 1.0))[0])
+    return 0.0
 
 
 def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = False) -> Prediction:
+    """The prediction of one tiling and where its time goes (compiled: ``tiling_model.compiled``, the
+    same arithmetic as ``simulate``, tests/test_compiled.py compares them to the bit)."""
+    from tiling_model import compiled  # numba compiles on first use, not at import
+
     profile = soc or load_soc(t.soc)
-    kinds = kinds_of(t)
-    r = simulate(t.kernel, kinds, profile, np.array([t.n]), warm_l2)
-    us = float(r.predicted_us[0])
-    roof = float(r.roofline_us[0])
-    moved = exact_bytes_moved(t, kinds)
+    k = kinds_of(t)
+    us, core_us, bandwidth_us, b0, b1, b2, _, roof, *_ = compiled.evaluate(
+        t.kernel, profile, k.cores[0], k.elems[0], k.tiles[0], k.tail[0], k.aligned[0],
+        int(k.tile_elems[0]), int(k.buffer_num[0]), int(k.block_dim[0]), l2_hit(t, profile, warm_l2),
+    )  # fmt: skip
+    busy = (b0, b1, b2)
+    if us == 0.0 or profile.launch_us >= max(core_us, bandwidth_us):
+        bottleneck = "launch"
+    elif bandwidth_us >= core_us:
+        bottleneck = "hbm"
+    else:
+        bottleneck = PIPES[int(np.argmax(busy))]
+    moved = exact_bytes_moved(t, k)
     return Prediction(
         predicted_us=us,
         roofline_us=roof,
         fraction_of_roofline=roof / us if us else 1.0,
-        bottleneck=_bottleneck(r, 0, profile),
+        bottleneck=bottleneck,
         bytes_moved=moved,
         achieved_gbps=moved / us / 1e3 if us else 0.0,
-        core_us=float(r.core_us[0]),
-        bandwidth_us=float(r.bandwidth_us[0]),
-        busy_us=dict(zip(PIPES, (float(x) for x in r.busy_us[0]), strict=True)),
+        core_us=core_us,
+        bandwidth_us=bandwidth_us,
+        busy_us=dict(zip(PIPES, busy, strict=True)),
     )
 
 

@@ -3,10 +3,12 @@ tuned bucket's knobs to an exact size the table was not tuned at."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from tiling_model.errors import InvalidTiling
-from tiling_model.kernels import bce_grad_kernel
+from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile
-from tiling_model.space import score_space
+from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
@@ -42,14 +44,15 @@ def _fastest_valid(
     blocks_only: tuple[int, ...] | None,
     buffers_only: tuple[int, ...] | None,
 ) -> TilingData | None:
-    """The fastest configuration whose tiling validates: the best one (scored alone, which prunes the
-    most), else the RANKED fastest in order; None if none of them validates."""
+    """The fastest configuration whose tiling validates: the best one (found by the compiled re-fit,
+    one block and buffer count at a time), else the RANKED fastest in order from the pruned NumPy
+    scoring; None if none of them validates."""
     kernel = bce_grad_kernel(variant, "exact", classes)
     shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
-    scored = score_space(kernel, soc, max(n, 1), blocks_only=blocks_only, buffers_only=buffers_only, top=1)
-    if len(scored) == 0:
+    best = _best_params(kernel, soc, max(n, 1), blocks_only, buffers_only)
+    if best is None:
         return None
-    t = compute_tiling(shape, variant, scored.params(scored.best_index()), soc, "exact")
+    t = compute_tiling(shape, variant, best, soc, "exact")
     if not validate(t, soc):
         return t
     scored = score_space(kernel, soc, max(n, 1), blocks_only=blocks_only, buffers_only=buffers_only, top=RANKED)
@@ -58,3 +61,30 @@ def _fastest_valid(
         if not validate(t, soc):
             return t
     return None
+
+
+def _best_params(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    blocks_only: tuple[int, ...] | None,
+    buffers_only: tuple[int, ...] | None,
+) -> TilingParams | None:
+    """``score_space(...).best_index()``'s configuration, slice by slice with the compiled re-fit: each
+    (block, buffer count) slice's best, then the space's tie-break across them (ScoredSpace.best_index)."""
+    from tiling_model import compiled  # numba compiles on first use, not at import
+
+    keys = []
+    for bn in kernel.allowed_buffer_nums(BUFFER_CHOICES):
+        if buffers_only is not None and bn not in buffers_only:
+            continue
+        tiles = tile_choices(kernel, soc, bn)
+        if tiles.size == 0:
+            continue
+        for block in blocks_only if blocks_only is not None else BLOCK_CHOICES:
+            tile, cores, us = compiled.refit_choice(kernel, soc, n, block, bn, tiles)
+            keys.append((float(np.round(us, compiled.TIE_DECIMALS)), bn < 2, bn, -tile, -cores, -block))
+    if not keys:
+        return None
+    _, _, bn, tile, cores, block = min(keys)
+    return TilingParams(-block, bn, -tile, -cores)
