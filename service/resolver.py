@@ -26,7 +26,7 @@ from tiling_model import (
     predict_detail,
     validate,
 )
-from tiling_model.search import model_best, refit
+from tiling_model.search import model_best, refit_tiling
 from tiling_model.tables import TuningTable
 from tiling_model.tiling import KNOB_NAMES, TilingError, default_tile_bytes, element_count
 
@@ -106,19 +106,21 @@ class TilingResolver:
         table = self.tables.get(q.soc)
         entry = table.lookup(q.variant, n) if table else None
         if table is not None and entry is not None:
+            prov = {
+                "schema_version": table.schema_version,
+                "soc_profile_hash": table.soc_profile_hash,
+                "kernel_hash": table.kernel_hash,
+                "backend": table.backend,
+                "created": table.created,
+            }
             params = entry.tiling_params()
             if entry.size != n:  # unseen size: keep the bucket's block and BUFFER_NUM, re-fit cores and tile
-                params = refit(n, q.variant, soc, params, q.classes)
+                refitted = refit_tiling(list(q.shape), q.variant, soc, params, q.classes)  # validated
+                if refitted is not None:
+                    return refitted, "bucket", prov
             t = self._tiling(q, params)
             bad = validate(t, soc)
             if not bad:
-                prov = {
-                    "schema_version": table.schema_version,
-                    "soc_profile_hash": table.soc_profile_hash,
-                    "kernel_hash": table.kernel_hash,
-                    "backend": table.backend,
-                    "created": table.created,
-                }
                 return t, ("exact" if entry.size == n else "bucket"), prov
             event(
                 log,

@@ -227,13 +227,35 @@ def _kinds(n: int, elem: int, block: int, tile: int, core_num: int) -> tuple:  #
     return counts, elems, tiles, tail, aligned, cores
 
 
+@njit(cache=True, inline="always")
+def _traffic(counts: tuple, elems: tuple, tiles: tuple, aligned: tuple, block_dim: int,  # type: ignore[type-arg]
+             k: np.ndarray, s: np.ndarray, agg: float) -> tuple[float, float]:  # fmt: skip
+    """(bytes over the aggregate bandwidth, bytes moved): what the launch can never beat."""
+    elem = k[0]
+    covered = 0.0
+    queued = 0.0
+    csum = 0.0
+    mis_cores = 0.0
+    for i in range(3):
+        covered += float(counts[i] * elems[i])
+        queued += float(counts[i] * tiles[i])
+        csum += counts[i]
+        if not aligned[i]:
+            mis_cores += counts[i]
+    scalar_bytes = float(k[3] * elem)
+    if k[4] > 0:
+        scalar_bytes = queued * k[4]
+    bytes_moved = k[6] * covered * elem + scalar_bytes + block_dim * k[5]
+    misaligned = 1.0 - mis_cores / max(csum, 1.0) * (1.0 - s[4])
+    return bytes_moved / (agg * 1e3 * misaligned), bytes_moved
+
+
 @njit(cache=True)
 def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: tuple,  # type: ignore[type-arg]
               te: int, bn: int, block_dim: int, hit: float, k: np.ndarray, ops: np.ndarray, s: np.ndarray,
               mte2: np.ndarray, mte3: np.ndarray, ct: np.ndarray, exact: bool, full_vec: float) -> tuple:  # type: ignore[type-arg]  # fmt: skip
     """One tiling: (predicted, core_us, bandwidth_us, busy MTE2, busy V, busy MTE3, bytes moved, roofline,
     lower bound, bound is the prediction). With ``exact`` False the pipeline is only bounded."""
-    elem = k[0]
     active = float(max(block_dim, 1))
     agg = 1.0 / ((1.0 - hit) / s[5] + hit / s[6])
     agg_peak = 1.0 / ((1.0 - hit) / s[7] + hit / s[8])
@@ -270,22 +292,7 @@ def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: t
             if slowest < 0 or end > core_us:  # argmax: the first kind of the largest time
                 slowest, core_us = i, end
                 busy0, busy1, busy2 = nfull * a + ta, nfull * b + tb, nfull * c + tc
-    covered = 0.0
-    queued = 0.0
-    csum = 0.0
-    mis_cores = 0.0
-    for i in range(3):
-        covered += float(counts[i] * elems[i])
-        queued += float(counts[i] * tiles[i])
-        csum += counts[i]
-        if not aligned[i]:
-            mis_cores += counts[i]
-    scalar_bytes = float(k[3] * elem)
-    if k[4] > 0:
-        scalar_bytes = queued * k[4]
-    bytes_moved = k[6] * covered * elem + scalar_bytes + block_dim * k[5]
-    misaligned = 1.0 - mis_cores / max(csum, 1.0) * (1.0 - s[4])
-    bandwidth_us = bytes_moved / (agg * 1e3 * misaligned)
+    bandwidth_us, bytes_moved = _traffic(counts, elems, tiles, aligned, block_dim, k, s, agg)
     launched = block_dim > 0
     predicted = s[0] + max(core_us, bandwidth_us) if launched and exact else 0.0
     roofline = s[0] + bytes_moved / (agg_peak * 1e3) if launched else 0.0
@@ -298,45 +305,46 @@ def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: t
 def _refit(n: int, block: int, bn: int, tile_choices: np.ndarray, max_cores: int, k: np.ndarray, ops: np.ndarray,
            s: np.ndarray, mte2: np.ndarray, mte3: np.ndarray, ct: np.ndarray) -> tuple[int, int, float]:  # fmt: skip
     """The fastest (tile, cores) of one block size and buffer count at ``n`` elements (cold L2), with
-    ScoredSpace.best_index's tie-break (predictions rounded to 1e-9 us; then larger tile, more cores)."""
+    ScoredSpace.best_index's tie-break (predictions rounded to 1e-9 us; then larger tile, more cores).
+
+    One pass in tie-break order (largest tile, most cores first), so a configuration can win only by a
+    smaller rounded prediction, i.e. only if it is faster than the fastest seen. Each is skipped at the
+    first bound that rules that out: the traffic's time (an exact lower bound, cheap), then the chain
+    bound (``simulate.bounds_us``, to float rounding: PRUNE_MARGIN_US); only the rest is simulated."""
     elem = k[0]
     blocks = max(-(-n * elem // block), 1)
     cores_max = min(max_cores, blocks)
-    m = tile_choices.shape[0] * cores_max
-    lower = np.empty(m)
-    certain = np.zeros(m, dtype=np.bool_)
-    full_vec = np.empty(tile_choices.shape[0])
-    for ti in range(tile_choices.shape[0]):
-        tile = tile_choices[ti]
-        full_vec[ti] = _vector(float(tile // elem), ops, s[2], s[3])  # the same full tile on every core count
-        for c in range(1, cores_max + 1):
-            counts, elems, tiles, tail, aligned, bd = _kinds(n, elem, block, tile, c)
-            r = _evaluate(counts, elems, tiles, tail, aligned, tile // elem, bn, bd, 0.0, k, ops, s, mte2, mte3, ct,
-                          False, full_vec[ti])  # fmt: skip
-            j = ti * cores_max + c - 1
-            lower[j] = r[8]
-            certain[j] = r[9]
-    order = np.argsort(lower, kind="mergesort")
+    agg = 1.0 / ((1.0 - 0.0) / s[5] + 0.0 / s[6])
     best_us = np.inf
     best_key = np.inf
     best_tile = -1
     best_cores = -1
-    for idx in order:
-        if lower[idx] > best_us + PRUNE_MARGIN_US:
-            break
-        ti = idx // cores_max
-        c = idx % cores_max + 1
+    one_tile = np.zeros(cores_max + 1, dtype=np.bool_)  # a larger tile already gave every core one tile
+    for ti in range(tile_choices.shape[0] - 1, -1, -1):
         tile = tile_choices[ti]
-        if certain[idx]:
-            us = lower[idx]
-        else:
+        full_vec = _vector(float(tile // elem), ops, s[2], s[3])  # the same full tile on every core count
+        for c in range(cores_max, 0, -1):
             counts, elems, tiles, tail, aligned, bd = _kinds(n, elem, block, tile, c)
-            us = _evaluate(counts, elems, tiles, tail, aligned, tile // elem, bn, bd, 0.0, k, ops, s, mte2, mte3, ct,
-                           True, full_vec[ti])[0]  # fmt: skip
-        key = np.round(us, TIE_DECIMALS)
-        if key < best_key or (key == best_key and (tile > best_tile or (tile == best_tile and c > best_cores))):
-            best_key, best_tile, best_cores = key, tile, c
-        best_us = min(best_us, us)
+            single = tiles[0] <= 1 and tiles[1] <= 1 and tiles[2] <= 1
+            if single and one_tile[c]:
+                continue  # the same tiling as with the larger tile (one tile per core): it cannot win the tie
+            one_tile[c] = single
+            bandwidth_us, _ = _traffic(counts, elems, tiles, aligned, bd, k, s, agg)
+            if s[0] + bandwidth_us >= best_us:
+                continue
+            r = _evaluate(counts, elems, tiles, tail, aligned, tile // elem, bn, bd, 0.0, k, ops, s, mte2, mte3, ct,
+                          False, full_vec)  # fmt: skip
+            if r[8] - PRUNE_MARGIN_US >= best_us:
+                continue
+            if r[9]:
+                us = r[8]
+            else:
+                us = _evaluate(counts, elems, tiles, tail, aligned, tile // elem, bn, bd, 0.0, k, ops, s, mte2,
+                               mte3, ct, True, full_vec)[0]  # fmt: skip
+            key = np.round(us, TIE_DECIMALS)
+            if key < best_key:
+                best_key, best_tile, best_cores = key, tile, c
+            best_us = min(best_us, us)
     return best_tile, best_cores, best_us
 
 

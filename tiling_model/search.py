@@ -29,11 +29,22 @@ def refit(n: int, variant: Variant, soc: SocProfile, tuned: TilingParams, classe
     to suit the hardware), let the model choose the core count and tile at the exact size (what
     depends on n: how the blocks divide over cores and tiles). Falls back to ``tuned`` if no
     configuration of that block and buffer count is valid."""
+    t = refit_tiling([n], variant, soc, tuned, classes)
+    return TilingParams(**t.params.as_dict()) if t is not None else tuned
+
+
+def refit_tiling(
+    shape: list[int], variant: Variant, soc: SocProfile, tuned: TilingParams, classes: int = 1
+) -> TilingData | None:
+    """``refit`` as the validated tiling of ``shape`` itself (what the service sends), or None where no
+    configuration of the bucket's block and buffer count validates."""
     kernel = bce_grad_kernel(variant, "exact", classes)
     if tuned.block_bytes is None or tuned.buffer_num is None or tuned.buffer_num not in kernel.allowed_buffer_nums():
-        return tuned
-    t = _fastest_valid(n, variant, soc, classes, (tuned.block_bytes,), (tuned.buffer_num,))
-    return TilingParams(**t.params.as_dict()) if t is not None else tuned
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    return _fastest_valid(n, variant, soc, classes, (tuned.block_bytes,), (tuned.buffer_num,), shape)
 
 
 def _fastest_valid(
@@ -43,12 +54,14 @@ def _fastest_valid(
     classes: int,
     blocks_only: tuple[int, ...] | None,
     buffers_only: tuple[int, ...] | None,
+    shape: list[int] | None = None,
 ) -> TilingData | None:
-    """The fastest configuration whose tiling validates: the best one (found by the compiled re-fit,
-    one block and buffer count at a time), else the RANKED fastest in order from the pruned NumPy
-    scoring; None if none of them validates."""
+    """The fastest configuration whose tiling (of ``shape``, default [n]) validates: the best one (found
+    by the compiled re-fit, one block and buffer count at a time), else the RANKED fastest in order from
+    the pruned NumPy scoring; None if none of them validates."""
     kernel = bce_grad_kernel(variant, "exact", classes)
-    shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
+    if shape is None:
+        shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
     best = _best_params(kernel, soc, max(n, 1), blocks_only, buffers_only)
     if best is None:
         return None
