@@ -33,7 +33,7 @@ def test_bounds_bound_and_certain_rows_are_exact(v: Variant, n: int, soc_name: s
     kinds = sim.kinds_exact(n, k.elem_bytes, block, bn, tile, cores)
     predicted = sim.simulate(k, kinds, soc, np.full(block.shape, n)).predicted_us
     lower, certain = sim.bounds_us(k, kinds, soc, np.full(block.shape, n))
-    assert (lower <= predicted + 1e-8).all()  # float rounding only (seen: 5e-9)
+    assert (lower <= predicted * (1 + 1e-12) + 1e-8).all()  # float rounding only (seen: 5e-9 us, 1e-15 relative)
     assert (lower[certain] == predicted[certain]).all()
 
 

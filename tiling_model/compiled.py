@@ -29,6 +29,7 @@ from tiling_model.soc import SocProfile  # noqa: E402
 
 TIE_DECIMALS = 9  # ScoredSpace.best_index rounds predictions to 1e-9 us before breaking ties
 PRUNE_MARGIN_US = 1e-6
+PRUNE_RELATIVE = 1e-12  # float64 sums of ~50 terms: relative error far below this
 
 
 @dataclass(frozen=True)
@@ -267,13 +268,20 @@ def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: t
     lower_core = 0.0
     upper_core = 0.0
     single = True
+    full_for = -1  # the alignment the cached full-tile stage was computed for (-1: none yet)
+    fa0 = fb0 = fc0 = 0.0
     for i in range(3):
         nt = tiles[i]
         if counts[i] <= 0 or nt <= 0:
             continue
         single = single and nt <= 1
-        a, b, c = _stage(float(te) if nt > 1 else 0.0, k, ops, s, mte2, mte3, ct, share, aligned[i],
-                         full_vec if nt > 1 else 0.0)  # fmt: skip
+        if nt > 1:  # the full tile's stage depends on the alignment only: kinds share it
+            if full_for != int(aligned[i]):
+                fa0, fb0, fc0 = _stage(float(te), k, ops, s, mte2, mte3, ct, share, aligned[i], full_vec)
+                full_for = int(aligned[i])
+            a, b, c = fa0, fb0, fc0
+        else:
+            a, b, c = _stage(0.0, k, ops, s, mte2, mte3, ct, share, aligned[i], 0.0)
         ta, tb, tc = _stage(float(tail[i]), k, ops, s, mte2, mte3, ct, share, aligned[i], -1.0)
         nfull = nt - 1
         a1 = ta if nt <= 1 else a
@@ -303,14 +311,17 @@ def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: t
 
 @njit(cache=True)
 def _refit(n: int, block: int, bn: int, tile_choices: np.ndarray, max_cores: int, k: np.ndarray, ops: np.ndarray,
-           s: np.ndarray, mte2: np.ndarray, mte3: np.ndarray, ct: np.ndarray) -> tuple[int, int, float]:  # fmt: skip
+           s: np.ndarray, mte2: np.ndarray, mte3: np.ndarray, ct: np.ndarray, seed_tile: int,
+           seed_cores: int) -> tuple[int, int, float]:  # fmt: skip
     """The fastest (tile, cores) of one block size and buffer count at ``n`` elements (cold L2), with
     ScoredSpace.best_index's tie-break (predictions rounded to 1e-9 us; then larger tile, more cores).
 
     One pass in tie-break order (largest tile, most cores first), so a configuration can win only by a
     smaller rounded prediction, i.e. only if it is faster than the fastest seen. Each is skipped at the
     first bound that rules that out: the traffic's time (an exact lower bound, cheap), then the chain
-    bound (``simulate.bounds_us``, to float rounding: PRUNE_MARGIN_US); only the rest is simulated."""
+    bound (``simulate.bounds_us``, to float rounding: PRUNE_MARGIN_US); only the rest is simulated. A
+    seed configuration (the bucket's tuned tile and cores; 0: none) is simulated first: nothing slower
+    than it can win, ties with it included, so its time prunes from the start."""
     elem = k[0]
     blocks = max(-(-n * elem // block), 1)
     cores_max = min(max_cores, blocks)
@@ -320,6 +331,11 @@ def _refit(n: int, block: int, bn: int, tile_choices: np.ndarray, max_cores: int
     best_tile = -1
     best_cores = -1
     one_tile = np.zeros(cores_max + 1, dtype=np.bool_)  # a larger tile already gave every core one tile
+    seed_us = np.inf
+    if seed_tile > 0 and 1 <= seed_cores <= cores_max:
+        counts, elems, tiles, tail, aligned, bd = _kinds(n, elem, block, seed_tile, seed_cores)
+        seed_us = _evaluate(counts, elems, tiles, tail, aligned, seed_tile // elem, bn, bd, 0.0, k, ops, s, mte2,
+                            mte3, ct, True, -1.0)[0]  # fmt: skip
     for ti in range(tile_choices.shape[0] - 1, -1, -1):
         tile = tile_choices[ti]
         full_vec = _vector(float(tile // elem), ops, s[2], s[3])  # the same full tile on every core count
@@ -330,11 +346,12 @@ def _refit(n: int, block: int, bn: int, tile_choices: np.ndarray, max_cores: int
                 continue  # the same tiling as with the larger tile (one tile per core): it cannot win the tie
             one_tile[c] = single
             bandwidth_us, _ = _traffic(counts, elems, tiles, aligned, bd, k, s, agg)
-            if s[0] + bandwidth_us >= best_us:
+            if s[0] + bandwidth_us >= best_us or s[0] + bandwidth_us > seed_us:
                 continue
             r = _evaluate(counts, elems, tiles, tail, aligned, tile // elem, bn, bd, 0.0, k, ops, s, mte2, mte3, ct,
                           False, full_vec)  # fmt: skip
-            if r[8] - PRUNE_MARGIN_US >= best_us:
+            slack = PRUNE_MARGIN_US + PRUNE_RELATIVE * r[8]  # the bound is the chain's to float rounding
+            if r[8] - slack >= best_us or r[8] - slack > seed_us:
                 continue
             if r[9]:
                 us = r[8]
@@ -349,14 +366,21 @@ def _refit(n: int, block: int, bn: int, tile_choices: np.ndarray, max_cores: int
 
 
 def refit_choice(
-    kernel: ElementwiseKernel, soc: SocProfile, n: int, block: int, bn: int, tile_choices: np.ndarray
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    block: int,
+    bn: int,
+    tile_choices: np.ndarray,
+    seed: tuple[int, int] | None = None,
 ) -> tuple[int, int, float]:
     """(tile_bytes, core_num, predicted us) of the model's best configuration with this block and
     buffer count at ``n`` elements, L2 cold: what ``space.score_space(..., blocks_only=(block,),
-    buffers_only=(bn,)).best_index()`` picks."""
+    buffers_only=(bn,)).best_index()`` picks; ``seed`` (tile, cores) only speeds the search up."""
     c = consts(kernel, soc)
+    seed_tile, seed_cores = seed if seed is not None and seed[0] in tile_choices else (0, 0)
     tile, cores, us = _refit(n, block, bn, tile_choices.astype(np.int64), soc.aiv_cores, c.kernel, c.ops, c.soc,
-                             c.mte2, c.mte3, c.curve_tail)  # fmt: skip
+                             c.mte2, c.mte3, c.curve_tail, seed_tile, seed_cores)  # fmt: skip
     return int(tile), int(cores), float(us)
 
 

@@ -44,7 +44,8 @@ def refit_tiling(
     n = 1
     for d in shape:
         n *= d
-    return _fastest_valid(n, variant, soc, classes, (tuned.block_bytes,), (tuned.buffer_num,), shape)
+    seed = (tuned.tile_bytes, tuned.core_num) if tuned.tile_bytes and tuned.core_num else None
+    return _fastest_valid(n, variant, soc, classes, (tuned.block_bytes,), (tuned.buffer_num,), shape, seed)
 
 
 def _fastest_valid(
@@ -55,6 +56,7 @@ def _fastest_valid(
     blocks_only: tuple[int, ...] | None,
     buffers_only: tuple[int, ...] | None,
     shape: list[int] | None = None,
+    seed: tuple[int, int] | None = None,
 ) -> TilingData | None:
     """The fastest configuration whose tiling (of ``shape``, default [n]) validates: the best one (found
     by the compiled re-fit, one block and buffer count at a time), else the RANKED fastest in order from
@@ -62,7 +64,7 @@ def _fastest_valid(
     kernel = bce_grad_kernel(variant, "exact", classes)
     if shape is None:
         shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
-    best = _best_params(kernel, soc, max(n, 1), blocks_only, buffers_only)
+    best = _best_params(kernel, soc, max(n, 1), blocks_only, buffers_only, seed)
     if best is None:
         return None
     t = compute_tiling(shape, variant, best, soc, "exact")
@@ -82,6 +84,7 @@ def _best_params(
     n: int,
     blocks_only: tuple[int, ...] | None,
     buffers_only: tuple[int, ...] | None,
+    seed: tuple[int, int] | None = None,
 ) -> TilingParams | None:
     """``score_space(...).best_index()``'s configuration, slice by slice with the compiled re-fit: each
     (block, buffer count) slice's best, then the space's tie-break across them (ScoredSpace.best_index)."""
@@ -95,7 +98,7 @@ def _best_params(
         if tiles.size == 0:
             continue
         for block in blocks_only if blocks_only is not None else BLOCK_CHOICES:
-            tile, cores, us = compiled.refit_choice(kernel, soc, n, block, bn, tiles)
+            tile, cores, us = compiled.refit_choice(kernel, soc, n, block, bn, tiles, seed)
             keys.append((float(np.round(us, compiled.TIE_DECIMALS)), bn < 2, bn, -tile, -cores, -block))
     if not keys:
         return None

@@ -117,7 +117,7 @@ def score_space(
             predicted[rows] = bounded.predicted_us(rows)
             done[rows] = True
         found = np.sort(predicted[done])
-        threshold = found[min(top, found.size) - 1] + PRUNE_MARGIN_US
+        threshold = found[min(top, found.size) - 1] * (1 + 1e-12) + PRUNE_MARGIN_US  # bounds are exact to rounding
         picked = np.nonzero(bound <= threshold)[0]
         if done[picked].all():
             break

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
 from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype, Reduction
 from tiling_model.errors import BadRequest
@@ -49,7 +49,7 @@ class TilingParams:
     core_num: int | None = None
 
     def as_dict(self) -> dict[str, int | None]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # flat ints: no asdict deep copy
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class ResolvedParams:
     core_num: int
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class TilingData:
         return -(-elems * self.elem_bytes // 32) * 32 * self.block_dim
 
     def field_dict(self) -> dict[str, int]:
-        return asdict(self.fields)
+        return {f.name: getattr(self.fields, f.name) for f in fields(self.fields)}  # in struct order
 
     def to_bytes(self) -> bytes:
         """The exact bytes the kernel reads: little-endian int64 fields in struct order."""
