@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict, predict_detail, valid_combinations
+from tiling_model import (
+    BadRequest,
+    TilingData,
+    TilingParams,
+    Variant,
+    compute_tiling,
+    load_soc,
+    predict,
+    predict_detail,
+    valid_combinations,
+)
+from tiling_model.cost import kinds_of
 from tiling_model.kernels import CYCLES_PER_REPEAT, bce_grad_kernel, elementwise_kernel
 from tiling_model.simulate import CoreKinds, _pipeline, copy_us, simulate, vector_us
 from tiling_model.space import score_space
@@ -209,3 +220,43 @@ def test_generic_kernel_predicts_like_the_bce_kernel_with_the_same_streams() -> 
     bce = compute_tiling([1 << 20], Variant("float32", "none", weight=False))  # grad, logits, labels -> z: sub, mul
     generic = tile_kernel(elementwise_kernel("float32", 3, 1, ["sub", "mul"]), [1 << 20], None, SOC)
     assert predict(generic) == pytest.approx(predict(bce))
+
+
+def _kinds_from_plan(t: TilingData) -> tuple[list[int], list[int], list[int], list[int], list[bool]]:
+    """The per-kind work read core by core from core_plan (what kinds_of gives in closed form)."""
+    from tiling_model.plan import core_plan
+    from tiling_model.simulate import GM_ALIGN_BYTES, KINDS
+
+    plans = core_plan(t)
+    tile_ok = (t.fields.tileDataNum * t.elem_bytes) % GM_ALIGN_BYTES == 0
+    out: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    for kind in KINDS:
+        group = [c for c in plans if c.kind == kind]
+        row = (len(group), group[0].count, group[0].tiles, group[0].tail_elems) if group else (0, 0, 0, 0)
+        for column, value in zip(out, row, strict=False):
+            column.append(value)
+        out[4].append(not group or (tile_ok and all((c.start * t.elem_bytes) % GM_ALIGN_BYTES == 0 for c in group)))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(0, 10**7),
+    st.sampled_from(["float16", "float32", "int16"]),
+    st.sampled_from([32, 64, 512, 1024]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([64, 512, 1000, 8192]),
+    st.integers(1, 48),
+    st.sampled_from(["exact", "seed"]),
+)
+def test_kinds_in_closed_form_are_the_core_plans(
+    n: int, dtype: str, block: int, bn: int, tile: int, cores: int, scheme: str
+) -> None:
+    try:
+        t = compute_tiling([n], Variant(dtype), TilingParams(block, bn, tile, cores), "Ascend910B2", scheme)  # type: ignore[arg-type]
+    except BadRequest:
+        return
+    k = kinds_of(t)
+    cores_, elems, tiles, tail, aligned = _kinds_from_plan(t)
+    assert k.cores[0].tolist() == cores_ and k.elems[0].tolist() == elems
+    assert k.tiles[0].tolist() == tiles and k.tail[0].tolist() == tail and k.aligned[0].tolist() == aligned

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model.plan import core_plan
-from tiling_model.simulate import GM_ALIGN_BYTES, KINDS, CoreKinds, L2State, SteadyL2
+from tiling_model.simulate import GM_ALIGN_BYTES, CoreKinds, L2State, SteadyL2
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 
@@ -45,27 +44,46 @@ class Prediction:
 
 
 def kinds_of(t: TilingData) -> CoreKinds:
-    """The per-kind work of one tiling, read from its per-core plan."""
-    plans = core_plan(t)
-    elem = t.elem_bytes
-    tile_ok = (t.fields.tileDataNum * elem) % GM_ALIGN_BYTES == 0
-    cores, elems, tiles, tail, aligned = ([0] * 3 for _ in range(5))
-    for i, kind in enumerate(KINDS):
-        group = [c for c in plans if c.kind == kind]
-        if not group:
-            aligned[i] = True
-            continue
-        cores[i], elems[i], tiles[i], tail[i] = len(group), group[0].count, group[0].tiles, group[0].tail_elems
-        aligned[i] = tile_ok and all((c.start * elem) % GM_ALIGN_BYTES == 0 for c in group)
+    """The per-kind work of one tiling, in closed form from the struct: what ``core_plan`` gives core by
+    core (big cores below tailBlockNum, small ones after, core block_dim-1 the last), without building
+    it (tests/test_cost.py compares the two)."""
+    f, elem, bd = t.fields, t.elem_bytes, t.block_dim
+    if bd == 0:
+        zero = np.zeros((1, 3), dtype=np.int64)
+        return CoreKinds(zero, zero, zero, zero, np.ones((1, 3), dtype=bool), np.array([f.tileDataNum]),
+                         np.array([t.params.buffer_num]), np.array([0]))  # fmt: skip
+    big_n = min(f.tailBlockNum, bd - 1)  # core bd-1 is the last core, whatever its index says
+    small_n = max(bd - 1 - f.tailBlockNum, 0)
+    small_start = f.bigCoreDataNum * f.tailBlockNum
+    last_start = f.bigCoreDataNum * (bd - 1) if bd - 1 < f.tailBlockNum else small_start + f.smallCoreDataNum * small_n
+
+    def ok(x: int) -> bool:
+        return (x * elem) % GM_ALIGN_BYTES == 0
+
+    tile_ok = ok(f.tileDataNum)
+    aligned = [
+        big_n == 0 or (tile_ok and (big_n <= 1 or ok(f.bigCoreDataNum))),
+        small_n == 0 or (tile_ok and ok(small_start) and (small_n <= 1 or ok(f.smallCoreDataNum))),
+        tile_ok and ok(last_start),
+    ]
+    present = [big_n > 0, small_n > 0, True]
+    rows = [
+        (big_n, f.bigCoreDataNum, f.finalBigTileNum, f.bigTailDataNum),
+        (small_n, f.smallCoreDataNum, f.finalSmallTileNum, f.smallTailDataNum),
+        (1, f.lastCoreDataNum, f.lastCoreTileNum, f.lastCoreTailDataNum),
+    ]
+    cores, elems, tiles, tail = (
+        np.array([[r[j] if p else 0 for r, p in zip(rows, present, strict=True)]]) for j in range(4)
+    )
     return CoreKinds(
-        np.array([cores]),
-        np.array([elems]),
-        np.array([tiles]),
-        np.array([tail]),
+        cores,
+        elems,
+        tiles,
+        tail,
         np.array([aligned]),
-        np.array([t.fields.tileDataNum]),
+        np.array([f.tileDataNum]),
         np.array([t.params.buffer_num]),
-        np.array([t.block_dim]),
+        np.array([bd]),
     )
 
 
