@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import AsyncIterator
 from importlib import metadata
 
@@ -24,7 +25,7 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.routes import health, tables, tiling
 from service.routes import metrics as metrics_routes
 from service.store import TableStore
-from tiling_model import BcetuneError
+from tiling_model import BcetuneError, compiled
 
 
 def _version() -> str:
@@ -48,6 +49,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ok = False
         metrics.reloads.labels("ok" if ok else "refused").inc()
 
+    def warm_up() -> None:
+        """Compile the cost model's hot paths in the background: answers stay the same meanwhile
+        (the NumPy model), only slower; ~20 s the first time on a machine, then numba's cache."""
+        try:
+            seconds = compiled.warm_up()
+        except Exception:  # noqa: BLE001 - without numba's compiler the NumPy model keeps serving
+            log.exception("compiling the cost model failed; serving with the NumPy model")
+            return
+        metrics.compiled.set(1)
+        logs.event(log, logging.INFO, "compiled cost model ready", seconds=round(seconds, 2))
+
     async def watch() -> None:
         while True:
             await asyncio.sleep(settings.reload_interval_s)
@@ -68,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, on_sighup)
         watcher = loop.create_task(watch()) if settings.reload_interval_s > 0 else None
+        threading.Thread(target=warm_up, name="compile-model", daemon=True).start()
         logs.event(
             log,
             logging.INFO,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class Metrics:
@@ -26,6 +26,11 @@ class Metrics:
         )
         self.reloads = Counter(
             "bcetune_table_reloads_total", "table reloads by result", ["result"], registry=self.registry
+        )
+        self.compiled = Gauge(
+            "bcetune_compiled_model",
+            "1 once the compiled cost model is warmed up (before: the NumPy model, same answers, slower)",
+            registry=self.registry,
         )
 
 

@@ -18,6 +18,8 @@ from tiling_model.tiling import TilingError
 from tiling_model.validate import validate
 
 SOCS = ["Ascend910B2", "Ascend910B4", "Ascend310B1"]
+C.warm_up()  # the compiled paths on from here: predict_detail and model_best use them (the tests below check)
+assert C.ready()
 variants = st.builds(
     Variant,
     st.sampled_from(["float16", "float32", "bfloat16"]),

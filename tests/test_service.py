@@ -416,3 +416,12 @@ def test_a_tuned_tile_too_big_for_the_given_buffers_is_shrunk_to_fit(server: Ser
     t = compute_tiling([1 << 22], Variant("float32", "mean", weight=False), TilingParams(**doc["params"]))
     assert validate(t) == [] and doc["given"] == ["buffer_num"] and doc["params"]["buffer_num"] == 4
     assert tuned["buffer_num"] != 4 and doc["params"]["tile_bytes"] < tuned["tile_bytes"]
+
+
+def test_the_compiled_model_warms_up_in_the_background(server: Server) -> None:
+    deadline = time.monotonic() + 120  # ~20 s the first time on a machine, then numba's cache
+    while "bcetune_compiled_model 1.0" not in httpx.get(server.url + "/metrics").text:
+        assert time.monotonic() < deadline, "the compiled model did not warm up"
+        time.sleep(0.2)
+    log_wait = post(server, {"shape": [123_457], "dtype": "float16", "reduction": "mean"})
+    assert log_wait.status_code == 200 and log_wait.json()["source"] == "bucket"

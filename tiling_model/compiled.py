@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -400,3 +402,28 @@ def evaluate(
         *kinds, tile_elems, bn, block_dim, hit, c.kernel, c.ops, c.soc, c.mte2, c.mte3, c.curve_tail, True, -1.0
     )
     return tuple(float(x) for x in r)
+
+
+_READY = threading.Event()
+
+
+def ready() -> bool:
+    """Whether this process has the compiled code (``warm_up`` ran): until then callers use the NumPy
+    model, which gives the same answers, slower (a first compile takes ~20 s; numba's cache ~0.5 s)."""
+    return _READY.is_set()
+
+
+def warm_up() -> float:
+    """Compile (or load from numba's on-disk cache) every entry point; returns the seconds it took."""
+    from tiling_model.kernels import bce_grad_kernel
+    from tiling_model.soc import load_soc
+    from tiling_model.variant import Variant
+
+    start = time.perf_counter()
+    soc = load_soc("Ascend910B2")
+    kernel = bce_grad_kernel(Variant("float16", "mean"), "exact", 1)
+    refit_choice(kernel, soc, 100_003, 512, 2, np.arange(512, 8193, 512), (4096, 48))
+    one = np.array([1, 1, 1])
+    evaluate(kernel, soc, one, one * 64, one, one * 64, np.array([True, True, True]), 64, 2, 3, 0.0)
+    _READY.set()
+    return time.perf_counter() - start

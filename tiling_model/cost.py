@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model.simulate import GM_ALIGN_BYTES, CoreKinds, L2State, SteadyL2
+from tiling_model.simulate import GM_ALIGN_BYTES, CoreKinds, L2State, SteadyL2, simulate
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 
@@ -108,16 +108,24 @@ def l2_hit(t: TilingData, soc: SocProfile, warm_l2: L2State) -> float:
 
 
 def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = False) -> Prediction:
-    """The prediction of one tiling and where its time goes (compiled: ``tiling_model.compiled``, the
-    same arithmetic as ``simulate``, tests/test_compiled.py compares them to the bit)."""
+    """The prediction of one tiling and where its time goes: compiled (``tiling_model.compiled``) once
+    the process has warmed it up, else ``simulate``; the same arithmetic, tests/test_compiled.py
+    compares them to the bit."""
     from tiling_model import compiled  # numba compiles on first use, not at import
 
     profile = soc or load_soc(t.soc)
     k = kinds_of(t)
-    us, core_us, bandwidth_us, b0, b1, b2, _, roof, *_ = compiled.evaluate(
-        t.kernel, profile, k.cores[0], k.elems[0], k.tiles[0], k.tail[0], k.aligned[0],
-        int(k.tile_elems[0]), int(k.buffer_num[0]), int(k.block_dim[0]), l2_hit(t, profile, warm_l2),
-    )  # fmt: skip
+    if compiled.ready():
+        us, core_us, bandwidth_us, b0, b1, b2, _, roof, *_ = compiled.evaluate(
+            t.kernel, profile, k.cores[0], k.elems[0], k.tiles[0], k.tail[0], k.aligned[0],
+            int(k.tile_elems[0]), int(k.buffer_num[0]), int(k.block_dim[0]), l2_hit(t, profile, warm_l2),
+        )  # fmt: skip
+    else:  # the NumPy simulator: the same numbers to the bit (tests/test_compiled.py)
+        r = simulate(t.kernel, k, profile, np.array([t.n]), warm_l2)
+        us, core_us, bandwidth_us, roof = (
+            float(x[0]) for x in (r.predicted_us, r.core_us, r.bandwidth_us, r.roofline_us)
+        )
+        b0, b1, b2 = (float(x) for x in r.busy_us[0])
     busy = (b0, b1, b2)
     if us == 0.0 or profile.launch_us >= max(core_us, bandwidth_us):
         bottleneck = "launch"

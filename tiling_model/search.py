@@ -90,6 +90,9 @@ def _best_params(
     (block, buffer count) slice's best, then the space's tie-break across them (ScoredSpace.best_index)."""
     from tiling_model import compiled  # numba compiles on first use, not at import
 
+    if not compiled.ready():  # the NumPy model: the same pick (tests/test_compiled.py), slower
+        scored = score_space(kernel, soc, n, blocks_only=blocks_only, buffers_only=buffers_only, top=1)
+        return scored.params(scored.best_index()) if len(scored) else None
     keys = []
     for bn in kernel.allowed_buffer_nums(BUFFER_CHOICES):
         if buffers_only is not None and bn not in buffers_only:
