@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_model_bounds import SOCS, sizes, variants
 
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc
 from tiling_model import compiled as C
@@ -17,17 +18,8 @@ from tiling_model.space import BLOCK_CHOICES, score_space, tile_choices
 from tiling_model.tiling import TilingError
 from tiling_model.validate import validate
 
-SOCS = ["Ascend910B2", "Ascend910B4", "Ascend310B1"]
 C.warm_up()  # the compiled paths on from here: predict_detail and model_best use them (the tests below check)
 assert C.ready()
-variants = st.builds(
-    Variant,
-    st.sampled_from(["float16", "float32", "bfloat16"]),
-    st.sampled_from(["none", "sum", "mean"]),
-    st.booleans(),
-    st.sampled_from(["none", "full"]),
-)
-sizes = st.one_of(st.integers(1, 5000), st.integers(1, 10**6), st.integers(1, 10**10))
 
 
 @settings(max_examples=300, deadline=None)

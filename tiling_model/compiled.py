@@ -146,26 +146,28 @@ def _stage(elems: float, k: np.ndarray, ops: np.ndarray, s: np.ndarray, mte2: np
     return cin, vec, cout
 
 
+@njit(cache=True, inline="always")
+def _step(col: int, bn: int, x: float, y: float, z: float, in_end: float, comp_end: float, out_end: float,
+          comp_hist: np.ndarray, out_hist: np.ndarray) -> tuple[float, float, float]:  # fmt: skip
+    """Tile ``col``'s CopyIn, Compute and CopyOut ends (``simulate._pipeline_row``'s step)."""
+    back = max(col - bn, -1) + 1
+    ie = max(in_end, comp_hist[back]) + x
+    ce = max(max(ie, comp_end), out_hist[back]) + y
+    return ie, ce, max(ce, out_end) + z
+
+
 @njit(cache=True)
 def _pipeline(ntiles: int, a: float, b: float, c: float, ta: float, tb: float, tc: float, bn: int) -> float:
     """``simulate._pipeline_row``, compiled: the same steps on the same doubles."""
     comp_hist = np.zeros(WARMUP + PERIOD + 1)
     out_hist = np.zeros(WARMUP + PERIOD + 1)
-    in_end = 0.0
-    comp_end = 0.0
-    out_end = 0.0
+    in_end = comp_end = out_end = 0.0
     h = 1  # next history slot
-    warm = min(WARMUP, ntiles)
-    for col in range(warm):
+    for col in range(min(WARMUP, ntiles)):
         last = ntiles - 1 == col
-        x, y, z = (ta, tb, tc) if last else (a, b, c)
-        back = max(col - bn, -1) + 1
-        ie = max(in_end, comp_hist[back]) + x
-        ce = max(max(ie, comp_end), out_hist[back]) + y
-        oe = max(ce, out_end) + z
-        in_end, comp_end, out_end = ie, ce, oe
-        comp_hist[h] = comp_end
-        out_hist[h] = out_end
+        in_end, comp_end, out_end = _step(col, bn, ta if last else a, tb if last else b, tc if last else c,
+                                          in_end, comp_end, out_end, comp_hist, out_hist)  # fmt: skip
+        comp_hist[h], out_hist[h] = comp_end, out_end
         h += 1
     if ntiles > WARMUP:
         period = (out_hist[WARMUP] - out_hist[WARMUP - PERIOD]) / PERIOD
@@ -177,18 +179,12 @@ def _pipeline(ntiles: int, a: float, b: float, c: float, ta: float, tb: float, t
             out_hist[i] = out_hist[i] + shift
         remaining = ntiles - WARMUP - skip
         for j in range(PERIOD):
-            col = WARMUP + j
-            active = j < remaining
             last = remaining - 1 == j
-            x, y, z = (ta, tb, tc) if last else (a, b, c)
-            back = max(col - bn, -1) + 1
-            ie = max(in_end, comp_hist[back]) + x
-            ce = max(max(ie, comp_end), out_hist[back]) + y
-            oe = max(ce, out_end) + z
-            if active:
+            ie, ce, oe = _step(WARMUP + j, bn, ta if last else a, tb if last else b, tc if last else c,
+                               in_end, comp_end, out_end, comp_hist, out_hist)  # fmt: skip
+            if j < remaining:
                 in_end, comp_end, out_end = ie, ce, oe
-            comp_hist[h] = comp_end
-            out_hist[h] = out_end
+            comp_hist[h], out_hist[h] = comp_end, out_end
             h += 1
     return out_end
 
