@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import logs
 from service.config import Settings
-from service.deps import json_bytes
+from service.deps import Service, json_bytes
 from service.errors import CatchAll, bcetune_error, validation_error
 from service.limits import BodyLimit
 from service.metrics import Metrics, MetricsMiddleware
@@ -102,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.store = store
     app.state.metrics = metrics
     app.state.settings = settings
+    app.state.service = Service(store, metrics, settings)
     for router in (tiling.router, tables.router, health.router, metrics_routes.router):
         app.include_router(router)
     if settings.bench_endpoints:

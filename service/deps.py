@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
@@ -28,9 +29,25 @@ async def get_settings(request: Request) -> Settings:
     return settings
 
 
+@dataclass(frozen=True)
+class Service:
+    """The state a tiling route needs, as one dependency (FastAPI resolves each dependency per request:
+    one instead of three is ~0.1 ms less on every cold answer)."""
+
+    store: TableStore
+    metrics: Metrics
+    settings: Settings
+
+
+async def get_service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
 StoreDep = Annotated[TableStore, Depends(get_store)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+ServiceDep = Annotated[Service, Depends(get_service)]
 
 
 def json_bytes(content: Any, status_code: int = 200) -> Response:

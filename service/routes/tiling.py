@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from service.config import Settings
-from service.deps import MetricsDep, SettingsDep, StoreDep, json_bytes
+from service.deps import ServiceDep, json_bytes
 from service.errors import domain_item, error_response
 from service.metrics import Metrics
 from service.resolver import Query
@@ -64,17 +64,18 @@ class OverBudget(Exception):
 
 
 @router.post("/tiling", response_model=TilingResponse, responses=ERRORS)
-async def tiling(req: TilingRequest, store: StoreDep, metrics: MetricsDep, settings: SettingsDep) -> Any:
+async def tiling(req: TilingRequest, service: ServiceDep) -> Any:
     """Tiling for one call: tuned (from the table or the cost model), with any knobs the request fixes."""
     try:
-        return json_bytes(answer(req, store, metrics, settings))
+        return json_bytes(answer(req, service.store, service.metrics, service.settings))
     except (BadRequest, InvalidTiling) as e:
         return refused(["body"], e, req)
 
 
 @router.post("/tiling/batch", response_model=BatchResponse, responses=ERRORS)
-async def tiling_batch(batch: BatchRequest, store: StoreDep, metrics: MetricsDep, settings: SettingsDep) -> Any:
+async def tiling_batch(batch: BatchRequest, service: ServiceDep) -> Any:
     """Up to the service's max batch of /tiling requests in one call, answered in order."""
+    store, metrics, settings = service.store, service.metrics, service.settings
     if len(batch.requests) > settings.max_batch:
         item: dict[str, Any] = {
             "loc": ["body", "requests"],
