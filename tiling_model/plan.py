@@ -12,8 +12,12 @@ from dataclasses import dataclass
 from tiling_model.tiling import TilingData
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CorePlan:
+    """One core's work. Not frozen on purpose: validation builds one per core on every request, and a
+    frozen dataclass's __init__ (object.__setattr__ per field) costs several times a plain one; nothing
+    mutates these."""
+
     index: int
     kind: str  # "big", "small" or "last"
     start: int  # first element
