@@ -9,6 +9,7 @@ BCE-grad variant from one place.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -151,6 +152,7 @@ def elementwise_kernel(
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def bce_grad_kernel(variant: Variant, scheme: Scheme = "exact", classes: int = 0) -> ElementwiseKernel:
     """The buffer plan and instruction list of the kernel that runs a tiling of this scheme.
 
