@@ -99,10 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Tuned tilings for the Ascend C BinaryCrossEntropyGrad kernel on Ascend A2 NPUs.",
         lifespan=lifespan,
     )
-    app.state.store = store
-    app.state.metrics = metrics
-    app.state.settings = settings
-    app.state.service = Service(store, metrics, settings)
+    app.state.service = Service(store, metrics, settings)  # what the routes' dependencies read
     for router in (tiling.router, tables.router, health.router, metrics_routes.router):
         app.include_router(router)
     if settings.bench_endpoints:

@@ -14,21 +14,6 @@ from service.metrics import Metrics
 from service.store import TableStore
 
 
-async def get_store(request: Request) -> TableStore:
-    store: TableStore = request.app.state.store
-    return store
-
-
-async def get_metrics(request: Request) -> Metrics:
-    metrics: Metrics = request.app.state.metrics
-    return metrics
-
-
-async def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
 @dataclass(frozen=True)
 class Service:
     """The state a tiling route needs, as one dependency (FastAPI resolves each dependency per request:
@@ -42,6 +27,18 @@ class Service:
 async def get_service(request: Request) -> Service:
     service: Service = request.app.state.service
     return service
+
+
+async def get_store(request: Request) -> TableStore:
+    return (await get_service(request)).store
+
+
+async def get_metrics(request: Request) -> Metrics:
+    return (await get_service(request)).metrics
+
+
+async def get_settings(request: Request) -> Settings:
+    return (await get_service(request)).settings
 
 
 StoreDep = Annotated[TableStore, Depends(get_store)]

@@ -7,10 +7,8 @@ a schema error) leaves the old snapshot serving.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import stat
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,10 +17,9 @@ from kernel.sources import kernel_source_hash
 from service.logs import LOGGER, event
 from service.resolver import TilingResolver
 from tiling_model import BadRequest, TableError, compute_tiling, known_socs, load_soc, validate
-from tiling_model.tables import TuningTable, table_from_json
+from tiling_model.tables import TuningTable, load_table
 
 log = logging.getLogger(LOGGER)
-MAX_TABLE_BYTES = 64 * 2**20  # the shipped tables are ~1 MiB
 
 
 @dataclass(frozen=True)
@@ -85,34 +82,6 @@ def _checked(table: TuningTable, path: Path, kernel_hash: str) -> LoadedTable:
     return LoadedTable(replace(table, entries=tuple(keep)), path, tuple(invalid), tuple(stale))
 
 
-def read_table_file(path: Path) -> TuningTable:
-    """One table file, read defensively: a regular file (a FIFO or a device named like a table would
-    hang or never end), at most MAX_TABLE_BYTES, UTF-8 JSON; anything else is a TableError naming it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO must not wait for a writer
-    except OSError as e:
-        raise TableError(f"{path}: cannot open ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise TableError(f"{path}: not a regular file")
-        if st.st_size > MAX_TABLE_BYTES:
-            raise TableError(f"{path}: {st.st_size} B, over the {MAX_TABLE_BYTES} B a table may have")
-        try:
-            raw = f.read(MAX_TABLE_BYTES + 1)
-        except OSError as e:
-            raise TableError(f"{path}: cannot read ({e.strerror})") from None
-    if len(raw) > MAX_TABLE_BYTES:
-        raise TableError(f"{path}: grew past the {MAX_TABLE_BYTES} B a table may have while being read")
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise TableError(f"{path}: not UTF-8 (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise TableError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    return table_from_json(doc, str(path))
-
-
 def load_snapshot(directory: Path, reload: bool = False) -> Snapshot:
     """Every ``<SoC>.json`` in ``directory``; any unusable file raises TableError naming it. A reload
     is stricter than the start: it also refuses a directory with no table and a table none of whose
@@ -125,7 +94,7 @@ def load_snapshot(directory: Path, reload: bool = False) -> Snapshot:
     for path in sorted(directory.glob("*.json")):
         if path.stem not in known_socs():
             raise TableError(f"{path}: file name is not a known SoC ({', '.join(known_socs())})")
-        table = read_table_file(path)
+        table = load_table(path)
         if table.soc != path.stem:
             raise TableError(f"{path}: holds SoC {table.soc!r}, but the file is named for {path.stem!r}")
         tables[table.soc] = _checked(table, path, kernel_hash)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model.simulate import GM_ALIGN_BYTES, CoreKinds, L2State, SteadyL2, simulate
+from tiling_model.simulate import GM_ALIGN_BYTES, CoreKinds, L2State, l2_hit, simulate
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 
@@ -97,16 +97,6 @@ def exact_bytes_moved(t: TilingData, k: CoreKinds) -> int:
     return kernel.streams * covered * t.elem_bytes + scalar + t.block_dim * kernel.row_bytes
 
 
-def l2_hit(t: TilingData, soc: SocProfile, warm_l2: L2State) -> float:
-    """The share of the launch's traffic that hits L2 (``simulate._costs``'s, for one tiling)."""
-    footprint = t.kernel.streams * float(t.n) * t.elem_bytes
-    if isinstance(warm_l2, SteadyL2):
-        return float(warm_l2.hit(np.array([footprint]))[0])
-    if warm_l2:
-        return float(np.minimum(1.0, soc.l2_bytes / np.maximum(np.array([footprint]), 1.0))[0])
-    return 0.0
-
-
 def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = False) -> Prediction:
     """The prediction of one tiling and where its time goes: compiled (``tiling_model.compiled``) once
     the process has warmed it up, else ``simulate``; the same arithmetic, tests/test_compiled.py
@@ -118,7 +108,8 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2Stat
     if compiled.ready():
         us, core_us, bandwidth_us, b0, b1, b2, _, roof, *_ = compiled.evaluate(
             t.kernel, profile, k.cores[0], k.elems[0], k.tiles[0], k.tail[0], k.aligned[0],
-            int(k.tile_elems[0]), int(k.buffer_num[0]), int(k.block_dim[0]), l2_hit(t, profile, warm_l2),
+            int(k.tile_elems[0]), int(k.buffer_num[0]), int(k.block_dim[0]),
+            float(l2_hit(t.kernel, profile, np.array([t.n]), warm_l2)[0]),
         )  # fmt: skip
     else:  # the NumPy simulator: the same numbers to the bit (tests/test_compiled.py)
         r = simulate(t.kernel, k, profile, np.array([t.n]), warm_l2)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from tiling_model.calibrate import NAMED_KERNELS, CalibrationError
+from tiling_model.calibrate import CalibrationError, read_csv
 from tiling_model.cost import predict
 from tiling_model.kernels import elementwise_kernel
 from tiling_model.simulate import L2State, SteadyL2
@@ -96,15 +96,11 @@ def read_cannbench(path: Path, soc: SocProfile) -> list[Measured]:
 
 
 def read_sigmoid(path: Path, soc: SocProfile) -> list[Measured]:
-    """``sigmoid_910b2.csv``: shape ``AxB``, dtype, measured_device_us; one launch each."""
-    inputs, outputs, ops = NAMED_KERNELS["sigmoid"]
-    out = []
-    for i, row in enumerate(csv.DictReader(path.open()), start=2):
-        n = int(np.prod([int(x) for x in row["shape"].split("x")]))
-        kernel = elementwise_kernel(row["dtype"], inputs, outputs, ops, name="sigmoid")
-        t = tile_kernel(kernel, [n], TilingParams(), soc)
-        out.append(Measured("sigmoid", f"{path.name}:{i}", (t,), float(row["measured_device_us"]), True))
-    return out
+    """``sigmoid_910b2.csv`` through ``calibrate.read_csv``: one launch each."""
+    return [
+        Measured("sigmoid", c.source, (tile_kernel(c.kernel, c.shape, c.params, soc),), c.measured_us, True)
+        for c in read_csv(path, "sigmoid")
+    ]
 
 
 def read_all(directory: Path, soc: SocProfile) -> list[Measured]:

@@ -9,7 +9,7 @@ from tiling_model.errors import InvalidTiling
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile
 from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, score_space, tile_choices
-from tiling_model.tiling import TilingData, TilingParams, compute_tiling
+from tiling_model.tiling import TilingData, TilingParams, compute_tiling, element_count
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
 
@@ -41,11 +41,10 @@ def refit_tiling(
     kernel = bce_grad_kernel(variant, "exact", classes)
     if tuned.block_bytes is None or tuned.buffer_num is None or tuned.buffer_num not in kernel.allowed_buffer_nums():
         return None
-    n = 1
-    for d in shape:
-        n *= d
     seed = (tuned.tile_bytes, tuned.core_num) if tuned.tile_bytes and tuned.core_num else None
-    return _fastest_valid(n, variant, soc, classes, (tuned.block_bytes,), (tuned.buffer_num,), shape, seed)
+    return _fastest_valid(
+        element_count(shape), variant, soc, classes, (tuned.block_bytes,), (tuned.buffer_num,), shape, seed
+    )
 
 
 def _fastest_valid(

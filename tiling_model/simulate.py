@@ -210,6 +210,17 @@ def _pipeline_fixed_bn(
     return out_end
 
 
+def l2_hit(kernel: ElementwiseKernel, soc: SocProfile, n: np.ndarray, warm_l2: L2State) -> np.ndarray:
+    """The share of each launch's traffic (n elements per launch) that hits L2 in the given state."""
+    footprint = kernel.streams * np.asarray(n, dtype=float) * kernel.elem_bytes
+    if isinstance(warm_l2, SteadyL2):
+        return warm_l2.hit(footprint)
+    if warm_l2:
+        share: np.ndarray = np.minimum(1.0, soc.l2_bytes / np.maximum(footprint, 1.0))
+        return share
+    return np.zeros_like(footprint)
+
+
 @dataclass(frozen=True)
 class _Costs:
     """What a launch costs apart from the pipeline schedule: per-tile stage times and the byte traffic."""
@@ -237,13 +248,7 @@ def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarr
     hbm = soc.hbm_gbps
     n = np.asarray(n, dtype=float)
     streams = kernel.streams
-    footprint = streams * n * elem
-    if isinstance(warm_l2, SteadyL2):
-        hit = warm_l2.hit(footprint) * np.ones(m)
-    elif warm_l2:
-        hit = np.minimum(1.0, soc.l2_bytes / np.maximum(footprint, 1.0)) * np.ones(m)
-    else:
-        hit = np.zeros(m)
+    hit = l2_hit(kernel, soc, n, warm_l2) * np.ones(m)
     agg = 1.0 / ((1.0 - hit) / hbm + hit / soc.l2_gbps)
     agg_peak = 1.0 / ((1.0 - hit) / soc.hbm_peak_gbps + hit / soc.l2_peak_gbps)
     share = (agg / active)[:, None] * np.ones((1, 3))

@@ -11,6 +11,7 @@ import bisect
 import json
 import math
 import os
+import stat
 import tempfile
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
@@ -185,12 +186,33 @@ def table_from_json(doc: Any, where: str = "table") -> TuningTable:
     )
 
 
+MAX_TABLE_BYTES = 64 * 2**20  # the shipped tables are ~1 MiB
+
+
 def load_table(path: str | Path) -> TuningTable:
+    """One table file, read defensively: a regular file (a FIFO or a device named like a table would
+    hang or never end), at most MAX_TABLE_BYTES, UTF-8 JSON; anything else is a TableError naming it."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO must not wait for a writer
     except OSError as e:
         raise TableError(f"{path}: cannot read ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise TableError(f"{path}: not a regular file")
+        if st.st_size > MAX_TABLE_BYTES:
+            raise TableError(f"{path}: {st.st_size} B, over the {MAX_TABLE_BYTES} B a table may have")
+        try:
+            raw = f.read(MAX_TABLE_BYTES + 1)
+        except OSError as e:
+            raise TableError(f"{path}: cannot read ({e.strerror})") from None
+    if len(raw) > MAX_TABLE_BYTES:
+        raise TableError(f"{path}: grew past the {MAX_TABLE_BYTES} B a table may have while being read")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise TableError(f"{path}: not UTF-8 (byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise TableError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     return table_from_json(doc, str(path))

@@ -30,6 +30,10 @@ def refused(loc: list[str | int], e: BadRequest | InvalidTiling, req: TilingRequ
     return error_response([domain_item(e, where, given)])
 
 
+class OverBudget(Exception):
+    """The batch spent its server-time budget on uncached answers."""
+
+
 class Budget:
     """Server time a batch may spend on answers not cached yet (a batch counts as its items)."""
 
@@ -57,10 +61,6 @@ def answer(
                 budget.left -= time.perf_counter() - start
     metrics.sources.labels(doc["source"]).inc()
     return doc
-
-
-class OverBudget(Exception):
-    """The batch spent its server-time budget on uncached answers."""
 
 
 @router.post("/tiling", response_model=TilingResponse, responses=ERRORS)
