@@ -26,12 +26,18 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.environ.get("TMPDIR", "
 from numba import njit  # noqa: E402
 
 from tiling_model.kernels import ElementwiseKernel  # noqa: E402
-from tiling_model.simulate import GM_ALIGN_BYTES, PERIOD, REPEAT_BYTES, WARMUP, _curve  # noqa: E402
+from tiling_model.simulate import (  # noqa: E402
+    BOUND_SLACK,
+    GM_ALIGN_BYTES,
+    PERIOD,
+    PRUNE_MARGIN_US,
+    PRUNE_RELATIVE,
+    REPEAT_BYTES,
+    WARMUP,
+    _curve,
+)
 from tiling_model.soc import SocProfile  # noqa: E402
-
-TIE_DECIMALS = 9  # ScoredSpace.best_index rounds predictions to 1e-9 us before breaking ties
-PRUNE_MARGIN_US = 1e-6
-PRUNE_RELATIVE = 1e-12  # float64 sums of ~50 terms: relative error far below this
+from tiling_model.space import TIE_DECIMALS  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -303,7 +309,7 @@ def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: t
     predicted = s[0] + max(core_us, bandwidth_us) if launched and exact else 0.0
     roofline = s[0] + bytes_moved / (agg_peak * 1e3) if launched else 0.0
     lower = s[0] + max(lower_core, bandwidth_us) if launched else 0.0
-    certain = (not launched) or single or upper_core * (1 + 1e-9) + 1e-9 < bandwidth_us
+    certain = (not launched) or single or upper_core * (1 + BOUND_SLACK) + BOUND_SLACK < bandwidth_us
     return (predicted, core_us, bandwidth_us, busy0, busy1, busy2, bytes_moved, roofline, lower, certain)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from tiling_model.errors import InvalidTiling
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile
-from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, score_space, tile_choices
+from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TIE_DECIMALS, score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling, element_count
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
@@ -101,7 +101,7 @@ def _best_params(
             continue
         for block in blocks_only if blocks_only is not None else BLOCK_CHOICES:
             tile, cores, us = compiled.refit_choice(kernel, soc, n, block, bn, tiles, seed)
-            keys.append((float(np.round(us, compiled.TIE_DECIMALS)), bn < 2, bn, -tile, -cores, -block))
+            keys.append((float(np.round(us, TIE_DECIMALS)), bn < 2, bn, -tile, -cores, -block))
     if not keys:
         return None
     _, _, bn, tile, cores, block = min(keys)

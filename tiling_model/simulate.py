@@ -37,6 +37,10 @@ PERIOD = 12  # a multiple of every possible steady-state cyclicity (buffer_num <
 REPEAT_BYTES = 256
 GM_ALIGN_BYTES = 512
 BOUND_SLACK = 1e-9  # relative and absolute (us): the simulator's period jump is exact to float rounding
+# A lower bound and the prediction it bounds agree to float rounding (seen: 5e-9 us, 1e-15 relative):
+# pruning treats a bound as below a prediction unless it passes it by more than this.
+PRUNE_MARGIN_US = 1e-6
+PRUNE_RELATIVE = 1e-12
 SCALAR_ROWS = 6  # up to this many (tiling, core kind) rows, the pipeline runs in plain Python floats
 KINDS = ("big", "small", "last")
 

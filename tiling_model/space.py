@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling_model.kernels import ElementwiseKernel
-from tiling_model.simulate import BatchResult, Bounded, L2State, kinds_exact, simulate
+from tiling_model.simulate import PRUNE_MARGIN_US, PRUNE_RELATIVE, BatchResult, Bounded, L2State, kinds_exact, simulate
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams
 
@@ -20,7 +20,7 @@ BLOCK_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 BUFFER_CHOICES = (1, 2, 3, 4)
 TILE_STEP_BYTES = 512  # tiles are whole 512-B blocks (GM-aligned copies)
 PRUNE_CHUNK = 8  # configurations simulated in the first round of a pruned scoring
-PRUNE_MARGIN_US = 1e-6  # bounds and predictions agree to ~3e-9 us in float64; ties are 1e-9 apart
+TIE_DECIMALS = 9  # best_index: predictions equal to 1e-9 us are a tie, broken by the knobs
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class ScoredSpace:
     def best_index(self) -> int:
         """Fastest configuration; ties (within 1e-9 us) go to more buffers >= 2 first, then larger tiles,
         then more cores, then larger blocks (np.lexsort keys, last one primary)."""
-        us = np.round(self.result.predicted_us, 9)
+        us = np.round(self.result.predicted_us, TIE_DECIMALS)
         single = self.buffer_num < 2
         order = np.lexsort((-self.block_bytes, -self.core_num, -self.tile_bytes, self.buffer_num, single, us))
         return int(order[0])
@@ -117,7 +117,7 @@ def score_space(
             predicted[rows] = bounded.predicted_us(rows)
             done[rows] = True
         found = np.sort(predicted[done])
-        threshold = found[min(top, found.size) - 1] * (1 + 1e-12) + PRUNE_MARGIN_US  # bounds are exact to rounding
+        threshold = found[min(top, found.size) - 1] * (1 + PRUNE_RELATIVE) + PRUNE_MARGIN_US
         picked = np.nonzero(bound <= threshold)[0]
         if done[picked].all():
             break
