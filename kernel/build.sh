@@ -55,7 +55,12 @@ for preset in doc.get("configurePresets", []):
         cache["ASCEND_COMPUTE_UNIT"]["value"] = units
 json.dump(doc, open(path, "w"), indent=4)
 PY
-    cp "$here"/op_host/bce_grad.cpp "$here"/op_host/bce_grad_tiling_core.h "$here"/op_host/bce_grad_tuned_table.h "$proj/op_host/"
+    # op_host in the ops-nn layout: msopgen's one-file bce_grad.cpp gives way to our def / tiling /
+    # infershape files (its CMake globs op_host/*.cpp) and the pure C++ headers they share with the tests
+    rm -f "$proj"/op_host/*.cpp
+    cp "$here"/op_host/*.cpp "$here"/op_host/*.h "$proj/op_host/"
+    # the re-fit must round as the service's cost model does: no FMA contraction (aarch64 hosts have FMA)
+    sed -i '1i add_compile_options(-ffp-contract=off)' "$proj/op_host/CMakeLists.txt"
     cp "$here"/op_kernel/bce_grad.cpp "$here"/op_kernel/bce_grad.h "$here"/op_kernel/bce_grad_tiling_data.h "$proj/op_kernel/"
     # (op_host/bce_grad_tiling_core.h includes ../op_kernel/bce_grad_tiling_data.h: same layout there)
     # the custom-op flow of the kernel source: registered tiling struct, framework workspace first

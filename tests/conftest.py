@@ -26,7 +26,8 @@ def compile_cpp_driver(source: str, out_dir: Path) -> Path:
         pytest.skip("g++ not installed")
     root = Path(__file__).resolve().parents[1]
     exe = Path(out_dir) / Path(source).stem
-    flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", str(root / "kernel" / "op_host")]
+    flags = ["-std=c++17", "-O1", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror"]
+    flags += ["-I", str(root / "kernel" / "op_host")]
     subprocess.run([cxx, *flags, str(root / "tests" / "cpp" / source), "-o", str(exe)], check=True)
     return exe
 

@@ -28,7 +28,10 @@ TOOLCHAIN = Path(os.environ.get("BCETUNE_CANN_TOOLCHAIN") or ROOT.parent / "shar
 SCRIPT = TOOLCHAIN / "compile-check.sh"
 HOST_PLATFORM_STUB = TOOLCHAIN / "stubs" / "host_platform"
 KERNEL = ROOT / "kernel" / "op_kernel" / "bce_grad.cpp"
-HOST = ROOT / "kernel" / "op_host" / "bce_grad.cpp"
+OP_HOST = ROOT / "kernel" / "op_host"
+#: the ops-nn op_host layout: the OpDef, the TilingFunc and the shape inference in their own files
+HOST_SOURCES = ("bce_grad_def.cpp", "bce_grad_tiling.cpp", "bce_grad_infershape.cpp")
+HOST = OP_HOST / "bce_grad_tiling.cpp"
 RUN = {"checks": 0}
 
 pytestmark = pytest.mark.skipif(
@@ -68,18 +71,42 @@ def test_kernel_compiles_in_the_custom_op_flow_for_every_fixed_dtype(arch: str, 
 
 
 @pytest.mark.parametrize("mode", ["tiling", "proto"])
-def test_host_compiles_as_tiling_and_proto_library(mode: str) -> None:
+@pytest.mark.parametrize("source", HOST_SOURCES)
+def test_host_compiles_as_tiling_and_proto_library(source: str, mode: str) -> None:
     """Only the closed platform_infos_def.h is stood in; everything else is CANN's own header."""
-    proc = compile_check("host", HOST, mode, f"-I{HOST_PLATFORM_STUB}")
+    proc = compile_check("host", OP_HOST / source, mode, f"-I{HOST_PLATFORM_STUB}")
     assert proc.returncode == 0, "\n".join(errors(proc)) or proc.stderr[-3000:]
 
 
-def test_tiling_core_compiles_on_its_own_with_strict_warnings() -> None:
+def test_op_host_holds_the_ops_nn_files_and_one_registration_each() -> None:
+    """Every .cpp in op_host/ is built into the op package (msopgen's CMake globs them): exactly the three
+    files, the OpDef registered once (OP_ADD), the TilingFunc and the shape inference once each, by op type."""
+    assert sorted(p.name for p in OP_HOST.glob("*.cpp")) == sorted(HOST_SOURCES)
+    text = {name: (OP_HOST / name).read_text() for name in HOST_SOURCES}
+    everything = "".join(text.values())
+    assert everything.count("OP_ADD(BceGrad)") == 1 and "OP_ADD(BceGrad)" in text["bce_grad_def.cpp"]
+    assert everything.count("IMPL_OP_OPTILING(BceGrad)") == 1 and "IMPL_OP_OPTILING" in text["bce_grad_tiling.cpp"]
+    assert everything.count("IMPL_OP_INFERSHAPE(BceGrad)") == 1
+    assert "IMPL_OP_INFERSHAPE" in text["bce_grad_infershape.cpp"]
+
+
+def test_the_tiling_func_uses_the_tuned_tiling_the_parity_test_checks() -> None:
+    """The TilingFunc's knobs come from TunedTiling (bce_grad_tuned_tiling.h), the function
+    tests/test_tuned_header.py compares with the service, and from nothing else."""
+    text = HOST.read_text()
+    assert '#include "bce_grad_tuned_tiling.h"' in text
+    assert re.search(r"bce_grad::TunedTiling\(", text) and "ComputeTiling(" not in text
+
+
+@pytest.mark.parametrize(
+    "header", ["bce_grad_tiling_core.h", "bce_grad_cost_model.h", "bce_grad_tuned_table.h", "bce_grad_tuned_tiling.h"]
+)
+def test_pure_cpp_host_headers_compile_on_their_own_with_strict_warnings(header: str) -> None:
+    """The headers the TilingFunc shares with the tests need no CANN header and no other include first."""
     cxx = shutil.which("g++") or "g++"
-    core = ROOT / "kernel" / "op_host" / "bce_grad_tiling_core.h"
     RUN["checks"] += 1
     proc = subprocess.run(
-        [cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-x", "c++", str(core)],
+        [cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-x", "c++", str(OP_HOST / header)],
         capture_output=True,
         text=True,
         check=False,
@@ -101,7 +128,7 @@ def mutated_kernel(tmp_path: Path, file: str, old: str, new: str) -> Path:
 
 
 def mutated_host(tmp_path: Path, old: str, new: str) -> Path:
-    """A copy of op_host/ (and the op_kernel/ it includes) with one edit in the host file."""
+    """A copy of op_host/ (and the op_kernel/ it includes) with one edit in the TilingFunc's file."""
     shutil.copytree(HOST.parent, tmp_path / "op_host")
     shutil.copytree(KERNEL.parent, tmp_path / "op_kernel")
     src = tmp_path / "op_host" / HOST.name

@@ -1,9 +1,9 @@
 /**
- * CANN host side of the BceGrad custom operator: TilingFunc, shape/dtype inference and the
- * OpDef. The tiling arithmetic, the UB budget from what the platform reports and the pos_weight
- * form are bce_grad_tiling_core.h (pure C++, tested against tiling_model); this file only reads
- * the call and the platform from the gert contexts, looks up the tuned knobs
- * (bce_grad_tuned_table.h) and writes the struct the kernel reads.
+ * The BceGrad TilingFunc (ops-nn layout: op_host/<op>_tiling.cpp). The tiling arithmetic, the UB
+ * budget from what the platform reports and the pos_weight form are bce_grad_tiling_core.h; the
+ * knobs are the service's (bce_grad_tuned_tiling.h: the tuned table, re-fit by the cost model at
+ * unseen sizes). All three are pure C++ and tested against tiling_model; this file only reads the
+ * call and the platform from the gert contexts and writes the struct the kernel reads.
  *
  * Built by kernel/build.sh inside an msopgen project with CANN (ASCEND_HOME_PATH set). Without
  * CANN it is compile-checked against the real CANN 8.5.0 headers (tests/test_cann_compile.py) as the
@@ -13,9 +13,9 @@
 #include <string>
 
 #include "bce_grad_tiling_core.h"
-#include "bce_grad_tuned_table.h"
+#include "bce_grad_tuned_tiling.h"
 #include "platform/platform_infos_def.h"  // fe::PlatFormInfos::GetPlatformRes (closed in CANN)
-#include "register/op_def_registry.h"
+#include "register/op_impl_registry.h"
 #include "tiling/platform/platform_ascendc.h"
 
 namespace optiling {
@@ -87,9 +87,7 @@ bool ReadVariant(gert::TilingContext* context, const gert::Shape& shape, bce_gra
                                         pwShape.GetShapeSize(), dims, last, v, &err) == bce_grad::Status::Ok;
 }
 
-}  // namespace
-
-static ge::graphStatus TilingFunc(gert::TilingContext* context) {
+ge::graphStatus TilingBceGrad(gert::TilingContext* context) {
     fe::PlatFormInfos* info = context->GetPlatformInfo();
     const gert::StorageShape* logitsShape = context->GetInputShape(kLogits);
     if (info == nullptr || logitsShape == nullptr) return ge::GRAPH_FAILED;
@@ -123,47 +121,8 @@ static ge::graphStatus TilingFunc(gert::TilingContext* context) {
     return ge::GRAPH_SUCCESS;
 }
 
+}  // namespace
+
+IMPL_OP_OPTILING(BceGrad).Tiling(TilingBceGrad);
+
 }  // namespace optiling
-
-namespace ge {
-
-static graphStatus InferShape(gert::InferShapeContext* context) {
-    const gert::Shape* logits = context->GetInputShape(1);
-    gert::Shape* z = context->GetOutputShape(0);
-    if (logits == nullptr || z == nullptr) return GRAPH_FAILED;
-    *z = *logits;
-    return GRAPH_SUCCESS;
-}
-
-static graphStatus InferDataType(gert::InferDataTypeContext* context) {
-    return context->SetOutputDataType(0, context->GetInputDataType(1));
-}
-
-}  // namespace ge
-
-namespace ops {
-
-class BceGrad : public OpDef {
-public:
-    explicit BceGrad(const char* name) : OpDef(name) {
-        const std::vector<ge::DataType> types = {ge::DT_FLOAT, ge::DT_FLOAT16, ge::DT_BF16, ge::DT_INT32, ge::DT_INT16};
-        const std::vector<ge::Format> formats(types.size(), ge::FORMAT_ND);
-        for (const char* in : {"grad", "logits", "labels"}) {
-            this->Input(in).ParamType(REQUIRED).DataType(types).Format(formats).UnknownShapeFormat(formats);
-        }
-        for (const char* in : {"weight", "pos_weight"}) {
-            this->Input(in).ParamType(OPTIONAL).DataType(types).Format(formats).UnknownShapeFormat(formats);
-        }
-        this->Output("z").ParamType(REQUIRED).DataType(types).Format(formats).UnknownShapeFormat(formats);
-        this->Attr("reduction").AttrType(OPTIONAL).String("mean");
-        this->Attr("wrt").AttrType(OPTIONAL).String("logit");
-        this->SetInferShape(ge::InferShape).SetInferDataType(ge::InferDataType);
-        this->AICore().SetTiling(optiling::TilingFunc);
-        // Atlas 800T/800I A2 (ascend910b) and Atlas 200I/500 A2 (ascend310b); kernel/build.sh builds both
-        for (const char* soc : {"ascend910b", "ascend310b"}) this->AICore().AddConfig(soc);
-    }
-};
-
-OP_ADD(BceGrad);
-
-}  // namespace ops

@@ -1,9 +1,13 @@
-// Test driver: C++ table lookup + tiling per input line, to compare with the Python lookup.
+// What the CANN build does for a call, one call per input line (kernel/host_tiling.py builds and runs
+// this; the parity test and `make bench-regret` compare it with the service).
 // Input:  soc dtype reduction weight pos_weight wrt n ub_bytes ub_reserve aiv_cores
-// Output: "hit size block bn tile cores" or "miss", then the 15 struct fields and block_dim.
+// Output: "hit <tuned size>" or "miss", the knobs the build uses ("block bn tile cores"; 0 = the
+//         scheme's default), "refit" or "table", then TunedTiling's 15 struct fields and block_dim
+//         ("err" if the tiling is refused). TunedKnobs is called directly, TunedTiling through the
+//         process's knob cache: equal fields say the cache returns what it stored.
 #include <cstdio>
 
-#include "bce_grad_tuned_table.h"
+#include "bce_grad_tuned_tiling.h"
 
 int main() {
     char soc[64];
@@ -17,16 +21,19 @@ int main() {
         v.posWeight = static_cast<bce_grad::PosWeight>(pw);
         v.wrt = static_cast<bce_grad::Wrt>(wrt);
         v.classes = v.posWeight == bce_grad::PosWeight::LastDim ? n : 0;  // shape [n]: the last dim is n
-        const bce_grad::TunedEntry* e = bce_grad::LookupTuned(soc, v, n);
+        const bce_grad::tuned::Entry* e = bce_grad::LookupTuned(soc, v, n);
         if (e) {
-            std::printf("hit %lld %lld %lld %lld %lld", (long long)e->size, (long long)e->blockBytes,
-                        (long long)e->bufferNum, (long long)e->tileBytes, (long long)e->coreNum);
+            std::printf("hit %lld", (long long)e->size);
         } else {
             std::printf("miss");
         }
+        bce_grad::Platform p{ub, reserve, aiv};
+        bool refitted = false;
+        const bce_grad::Knobs k = bce_grad::TunedKnobs(soc, n, v, p, &refitted);
+        std::printf(" %lld %lld %lld %lld %s", (long long)k.blockBytes, (long long)k.bufferNum, (long long)k.tileBytes,
+                    (long long)k.coreNum, refitted ? "refit" : "table");
         bce_grad::TilingResult r;
         const char* err = nullptr;
-        bce_grad::Platform p{ub, reserve, aiv};
         if (bce_grad::TunedTiling(soc, n, v, p, &r, &err) != bce_grad::Status::Ok) {
             std::printf(" err\n");
             continue;

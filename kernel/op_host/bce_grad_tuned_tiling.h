@@ -1,0 +1,156 @@
+/**
+ * What the build ships: the tuned knobs of a call (bce_grad_tuned_table.h, generated from the
+ * service's tables) and, at a size the tables were not tuned at, the service's unseen-size policy:
+ * keep the bucket's block size and BUFFER_NUM, re-fit the core count and tile with the cost model at
+ * the exact size (bce_grad_cost_model.h). So the compiled operator tiles every call as `POST /tiling`
+ * answers it (tests/test_tuned_refit_cpp.py: the same knobs on thousands of random sizes per SoC).
+ *
+ * Pure C++17, no CANN headers, no allocation: the TilingFunc (bce_grad_tiling.cpp) calls TunedTiling.
+ */
+#ifndef BCE_GRAD_TUNED_TILING_H
+#define BCE_GRAD_TUNED_TILING_H
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <mutex>
+#include <tuple>
+
+#include "bce_grad_cost_model.h"
+#include "bce_grad_tiling_core.h"
+#include "bce_grad_tuned_table.h"
+
+namespace bce_grad {
+
+/** The tuned SoC of this name (index into tuned::kSocs), or -1. */
+inline int64_t TunedSocIndex(const char* soc) {
+    for (size_t i = 0; i < std::size(tuned::kSocs); ++i) {
+        if (std::strcmp(tuned::kSocs[i].name, soc) == 0) return static_cast<int64_t>(i);
+    }
+    return -1;
+}
+
+/** The SoC's entries of this variant, or nullptr (an untuned SoC or variant). */
+inline const tuned::VariantRange* TunedVariant(int64_t socIndex, const Variant& v) {
+    const tuned::VariantRange want{socIndex, static_cast<int64_t>(v.dtype), static_cast<int64_t>(v.reduction),
+                                   v.weight ? 1 : 0, static_cast<int64_t>(v.posWeight), static_cast<int64_t>(v.wrt),
+                                   0, 0, 0};
+    auto key = [](const tuned::VariantRange& r) {
+        return std::make_tuple(r.soc, r.dtype, r.reduction, r.weight, r.posWeight, r.wrt);
+    };
+    const tuned::VariantRange* end = std::end(tuned::kVariants);
+    const tuned::VariantRange* it = std::lower_bound(
+        std::begin(tuned::kVariants), end, want,
+        [&](const tuned::VariantRange& a, const tuned::VariantRange& b) { return key(a) < key(b); });
+    return it != end && key(*it) == key(want) ? it : nullptr;
+}
+
+/** The entry of a variant's range whose size bucket holds n (n >= 1): a binary search over the limits. */
+inline const tuned::Entry* EntryFor(const tuned::VariantRange& r, int64_t n) {
+    const tuned::Entry* first = tuned::kEntries + r.first;
+    const tuned::Entry* last = first + r.count;  // limits rise with size; the last entry has none (0)
+    return std::partition_point(first, last, [n](const tuned::Entry& e) { return e.limit != 0 && n >= e.limit; });
+}
+
+/** The entry whose size bucket holds n, or nullptr (n == 0, untuned SoC or variant). */
+inline const tuned::Entry* LookupTuned(const char* soc, const Variant& v, int64_t n) {
+    if (n <= 0) return nullptr;
+    const tuned::VariantRange* r = TunedVariant(TunedSocIndex(soc), v);
+    return r == nullptr ? nullptr : EntryFor(*r, n);
+}
+
+/** The UB plan's queue count allows this BUFFER_NUM (ElementwiseKernel.allowed_buffer_nums). */
+inline bool BufferNumAllowed(const cost::KernelModel& k, int64_t bufferNum) {
+    return std::max(k.fullInputs, k.outputs) * bufferNum <= kMaxBuffersPerPosition;
+}
+
+/**
+ * The knobs the build uses for n elements: the tuned entry's where it was tuned at n; at any other
+ * size its block size and BUFFER_NUM with the core count and tile the model finds fastest at n
+ * (the service's policy, search.refit); the entry's own knobs if no tile of that BUFFER_NUM fits; the
+ * scheme's defaults (all 0) where no entry applies. refitted says whether the model chose.
+ */
+inline Knobs TunedKnobs(const char* soc, int64_t n, const Variant& v, const Platform& p, bool* refitted = nullptr) {
+    Knobs k;
+    if (refitted) *refitted = false;
+    const int64_t socIndex = TunedSocIndex(soc);
+    const tuned::VariantRange* r = n > 0 ? TunedVariant(socIndex, v) : nullptr;
+    if (r == nullptr) return k;
+    const tuned::Entry* e = EntryFor(*r, n);
+    k.blockBytes = e->blockBytes;
+    k.bufferNum = e->bufferNum;
+    k.tileBytes = e->tileBytes;
+    k.coreNum = e->coreNum;
+    const cost::KernelModel& km = tuned::kKernels[r->kernel];
+    if (e->size == n || !BufferNumAllowed(km, e->bufferNum)) return k;
+    BufferPlan plan;
+    const char* err = nullptr;
+    if (MakePlan(v, Scheme::Exact, &plan, &err) != Status::Ok) return k;
+    const int64_t tileTop =
+        plan.MaxTileBytes(p.ubBytes - p.ubReserveBytes, e->bufferNum) / cost::kTileStepBytes * cost::kTileStepBytes;
+    if (tileTop < cost::kTileStepBytes) return k;
+    const cost::RefitChoice c = cost::Refit(n, e->blockBytes, e->bufferNum, tileTop, p.aivCores, km,
+                                            tuned::kSocs[socIndex], e->tileBytes, e->coreNum);
+    if (c.tileBytes > 0) {
+        k.tileBytes = c.tileBytes;
+        k.coreNum = c.coreNum;
+        if (refitted) *refitted = true;
+    }
+    return k;
+}
+
+/**
+ * TunedKnobs, remembered per process: a training loop calls the TilingFunc with the same shapes every
+ * step, and a re-fit costs microseconds where a lookup costs tens of nanoseconds. Direct-mapped (a
+ * colliding call replaces the slot), fixed size, no allocation; a mutex makes it safe for the
+ * concurrent TilingFunc calls of a multi-threaded graph build.
+ */
+class KnobCache {
+public:
+    static constexpr size_t kSlots = 512;
+
+    Knobs Get(const char* soc, int64_t n, const Variant& v, const Platform& p) {
+        const int64_t key[10] = {TunedSocIndex(soc), n, static_cast<int64_t>(v.dtype), static_cast<int64_t>(v.reduction),
+                                 v.weight ? 1 : 0, static_cast<int64_t>(v.posWeight), static_cast<int64_t>(v.wrt),
+                                 p.ubBytes, p.ubReserveBytes, p.aivCores};
+        uint64_t h = 1469598103934665603ull;  // FNV-1a over the key's words
+        for (int64_t w : key) h = (h ^ static_cast<uint64_t>(w)) * 1099511628211ull;
+        Slot& slot = slots_[h % kSlots];
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (slot.used && std::memcmp(slot.key, key, sizeof key) == 0) return slot.knobs;
+        }
+        const Knobs k = TunedKnobs(soc, n, v, p);  // outside the lock: a re-fit may take a while
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::memcpy(slot.key, key, sizeof key);
+        slot.knobs = k;
+        slot.used = true;
+        return k;
+    }
+
+private:
+    struct Slot {
+        int64_t key[10];
+        Knobs knobs;
+        bool used = false;
+    };
+    std::mutex mutex_;
+    Slot slots_[kSlots];
+};
+
+/** The process's KnobCache (constructed on first use, thread-safe). */
+inline KnobCache& TunedKnobCache() {
+    static KnobCache cache;
+    return cache;
+}
+
+/** The tiling of n elements with TunedKnobs (exact scheme), through the process's KnobCache. */
+inline Status TunedTiling(const char* soc, int64_t n, const Variant& v, const Platform& p, TilingResult* out,
+                          const char** err) {
+    return ComputeTiling(n, v, TunedKnobCache().Get(soc, n, v, p), p, Scheme::Exact, out, err);
+}
+
+}  // namespace bce_grad
+
+#endif  // BCE_GRAD_TUNED_TILING_H
