@@ -1,6 +1,6 @@
 """Regret of the shipped tables on held-out sizes: the time of the unseen-size policy's knobs at
 the exact size over the best of the whole search space at that size (model backend, noise-free),
-for the service's policy (refit: bucket block and BUFFER_NUM, cores and tile re-fit by the model)
+for the service's policy (refit: bucket BUFFER_NUM, block, cores and tile re-fit by the model)
 and the C++ header's (nearest: the bucket's knobs unchanged), side by side.
 
 Run: ``make bench-regret`` (``--soc``, ``--sizes``).

@@ -31,7 +31,7 @@ def median_s(fn: Callable[[], object], repeats: int) -> float:
 def main() -> None:
     soc = load_soc("Ascend910B2")
     cases = ((1024, "float32"), (1 << 20, "float16"), (3_000_017, "float16"), (1 << 26, "float32"))
-    tuned = TilingParams(512, 2, 8192, 48)  # a bucket's knobs; the re-fit keeps block and BUFFER_NUM
+    tuned = TilingParams(512, 2, 8192, 48)  # a bucket's knobs; the re-fit keeps BUFFER_NUM
     numpy_timings = {}
     for n, dtype in cases:  # the NumPy model first: compiled.ready() is False until warm_up
         t = compute_tiling([n], Variant(dtype, "none"), soc=soc)

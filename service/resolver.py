@@ -114,7 +114,7 @@ class TilingResolver:
                 "created": table.created,
             }
             params = entry.tiling_params()
-            if entry.size != n:  # unseen size: keep the bucket's block and BUFFER_NUM, re-fit cores and tile
+            if entry.size != n:  # unseen size: keep the bucket's BUFFER_NUM, re-fit block, cores and tile
                 refitted = refit_tiling(list(q.shape), q.variant, soc, params, q.classes)  # validated
                 if refitted is not None:
                     return refitted, "bucket", prov

@@ -209,7 +209,7 @@ class TilingResponse(BaseModel):
     predicted_us: float
     roofline_us: float
     source: Literal["exact", "bucket", "model"] = Field(
-        description="exact: tuned at this size; bucket: the size bucket's block and BUFFER_NUM with cores and "
+        description="exact: tuned at this size; bucket: the size bucket's BUFFER_NUM with block, cores and "
         "tile re-fitted by the model at this size; model: the model's best over the whole space"
     )
     provenance: Provenance

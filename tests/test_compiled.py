@@ -49,16 +49,21 @@ def test_one_prediction_is_the_vectorised_simulator_to_the_bit(
 
 
 @settings(max_examples=150, deadline=None)
-@given(variants, sizes, st.sampled_from(SOCS), st.sampled_from(BLOCK_CHOICES), st.data())
-def test_the_compiled_refit_picks_what_scoring_the_slice_picks(
-    v: Variant, n: int, soc_name: str, block: int, data: st.DataObject
+@given(
+    variants, sizes, st.sampled_from(SOCS), st.lists(st.sampled_from(BLOCK_CHOICES), min_size=1, unique=True), st.data()
+)
+def test_the_compiled_refit_picks_what_scoring_the_blocks_picks(
+    v: Variant, n: int, soc_name: str, blocks: list[int], data: st.DataObject
 ) -> None:
     soc, k = load_soc(soc_name), bce_grad_kernel(v, "exact", 1)
     bn = data.draw(st.sampled_from(k.allowed_buffer_nums()))
-    full = score_space(k, soc, n, blocks_only=(block,), buffers_only=(bn,))
+    full = score_space(k, soc, n, blocks_only=tuple(blocks), buffers_only=(bn,))
     want = full.params(full.best_index())
-    tile, cores, us = C.refit_choice(k, soc, n, block, bn, tile_choices(k, soc, bn))
-    assert (tile, cores) == (want.tile_bytes, want.core_num)
+    seed = data.draw(
+        st.none() | st.tuples(st.sampled_from(blocks), st.sampled_from([512, 4096, 8192]), st.integers(1, 48))
+    )
+    block, tile, cores, us = C.refit_choice(k, soc, n, tuple(blocks), bn, tile_choices(k, soc, bn), seed)
+    assert (block, tile, cores) == (want.block_bytes, want.tile_bytes, want.core_num)
     assert us == full.result.predicted_us.min()
 
 

@@ -288,7 +288,7 @@ def test_report_refuses_a_negative_regret_count(tmp_path: Path) -> None:
 
 
 def test_unseen_size_policy_keeps_regret_within_three_percent() -> None:
-    """Sizes between buckets: the bucket's block and BUFFER_NUM with cores and tile re-fitted by the
+    """Sizes between buckets: the bucket's BUFFER_NUM with block, cores and tile re-fitted by the
     model (the service's policy) stay within 3% of the best of the whole space at the exact size."""
     from service.config import SHIPPED_TABLES
     from tiling_model.tables import load_table

@@ -37,7 +37,7 @@ from tiling_model.simulate import (  # noqa: E402
     _curve,
 )
 from tiling_model.soc import SocProfile  # noqa: E402
-from tiling_model.space import TIE_DECIMALS  # noqa: E402
+from tiling_model.space import TIE_DECIMALS, TILE_STEP_BYTES  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -313,79 +313,267 @@ def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: t
     return (predicted, core_us, bandwidth_us, busy0, busy1, busy2, bytes_moved, roofline, lower, certain)
 
 
-@njit(cache=True)
-def _refit(n: int, block: int, bn: int, tile_choices: np.ndarray, max_cores: int, k: np.ndarray, ops: np.ndarray,
-           s: np.ndarray, mte2: np.ndarray, mte3: np.ndarray, ct: np.ndarray, seed_tile: int,
-           seed_cores: int) -> tuple[int, int, float]:  # fmt: skip
-    """The fastest (tile, cores) of one block size and buffer count at ``n`` elements (cold L2), with
-    ScoredSpace.best_index's tie-break (predictions rounded to 1e-9 us; then larger tile, more cores).
+@njit(cache=True, inline="always")
+def _with_tile(elems: tuple, te: int) -> tuple:  # type: ignore[type-arg]
+    """The tiles and last-tile elements of each kind for tiles of ``te`` elements (``_kinds``'s)."""
+    t0 = -(-elems[0] // te) if elems[0] > 0 else 0
+    t1 = -(-elems[1] // te) if elems[1] > 0 else 0
+    t2 = -(-elems[2] // te) if elems[2] > 0 else 0
+    tail = (
+        elems[0] - (t0 - 1) * te if elems[0] > 0 else 0,
+        elems[1] - (t1 - 1) * te if elems[1] > 0 else 0,
+        elems[2] - (t2 - 1) * te if elems[2] > 0 else 0,
+    )
+    return (t0, t1, t2), tail
 
-    One pass in tie-break order (largest tile, most cores first), so a configuration can win only by a
-    smaller rounded prediction, i.e. only if it is faster than the fastest seen. Each is skipped at the
-    first bound that rules that out: the traffic's time (an exact lower bound, cheap), then the chain
-    bound (``simulate.bounds_us``, to float rounding: PRUNE_MARGIN_US); only the rest is simulated. A
-    seed configuration (the bucket's tuned tile and cores; 0: none) is simulated first: nothing slower
-    than it can win, ties with it included, so its time prunes from the start."""
+
+@njit(cache=True, inline="always")
+def _core_floor(elems: np.ndarray, te_max: int, bn: int, f: np.ndarray) -> float:
+    """A lower bound of the prediction of any tiling of these core kinds (``elems``: the kinds that have
+    cores, 0 for none) with tiles of at most ``te_max`` elements: every element copied in, computed and
+    copied out at the stages' linear floors ``f`` (fin, pin, fout, pout, vfix, vper, base), along
+    ``simulate.bounds_us``'s chains. It rises as ``te_max`` falls (more tiles)."""
+    fin, pin, fout, pout, vfix, vper, base = f[0], f[1], f[2], f[3], f[4], f[5], f[6]
+    last = fin + vfix + fout  # the last tile's CopyIn, Compute and CopyOut
+    core = -np.inf
+    for i in range(3):
+        if elems[i] <= 0:
+            continue
+        e = float(elems[i])
+        tiles = -(-elems[i] // te_max)
+        t = float(tiles)
+        hops = float((tiles - 1) // bn)
+        spread = max(0.0, e / bn - te_max)
+        chain = max(
+            max(t * fin + e * pin + vfix + fout, fin + t * vfix + e * vper + fout),
+            max(fin + vfix + t * fout + e * pout, hops * (fin + vfix) + spread * (pin + vper) + last),
+        )
+        core = max(core, chain)
+    return base + core
+
+
+@njit(cache=True, inline="always")
+def _config_floor(counts: tuple, tiles: tuple, tail: tuple, te: int, bn: int, f: np.ndarray) -> float:  # type: ignore[type-arg]
+    """The chain bound of one tiling with each stage at its linear floor: below ``_evaluate``'s bound."""
+    fin, pin, fout, pout, vfix, vper, base = f[0], f[1], f[2], f[3], f[4], f[5], f[6]
+    x = float(te)
+    fa, fb, fc = fin + x * pin, vfix + x * vper, fout + x * pout
+    core = -np.inf
+    for i in range(3):
+        if counts[i] <= 0 or tiles[i] <= 0:
+            continue
+        y = float(tail[i])
+        ta, tb, tc = fin + y * pin, vfix + y * vper, fout + y * pout
+        many = tiles[i] > 1
+        nf = float(tiles[i] - 1)
+        a, b, c = (fa, fb, fc) if many else (0.0, 0.0, 0.0)
+        a1, b1 = (fa, fb) if many else (ta, tb)
+        hops = float((tiles[i] - 1) // bn)
+        chain = max(
+            max(nf * a + ta + tb + tc, a1 + nf * b + tb + tc),
+            max(a1 + b1 + nf * c + tc, max(hops * (a + b) + ta + tb + tc, a1 + hops * (b + c) + tb + tc)),
+        )
+        core = max(core, chain)
+    return base + core
+
+
+@njit(cache=True)
+def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, k: np.ndarray, ops: np.ndarray,
+           s: np.ndarray, mte2: np.ndarray, mte3: np.ndarray, ct: np.ndarray, seed_block: int, seed_tile: int,
+           seed_cores: int) -> tuple[int, int, int, float]:  # fmt: skip
+    """The fastest (block, tile, cores) of one buffer count at ``n`` elements (cold L2), ``blocks`` in
+    descending order, tiles TILE_STEP_BYTES, 2 * TILE_STEP_BYTES, ... up to ``top_tiles`` of them, with
+    ScoredSpace.best_index's tie-break (predictions rounded to 1e-9 us; then the larger tile, more cores,
+    the larger block).
+
+    One pass in tie-break order (largest tile, then most cores, then largest block), so a configuration
+    wins only by a smaller rounded prediction, i.e. only if it is faster than the fastest seen; each is
+    skipped at the first bound that rules that out. Two bounds hold for every smaller tile, so a (block,
+    core count) pair they rule out is dropped for good: the traffic's time (it does not depend on the
+    tile: tiles are whole 512-B blocks; until a pair's kinds are known, its bytes at the full bandwidth)
+    and ``_core_floor``. The rest gets ``_config_floor``, then the chain bound (``simulate.bounds_us``, to
+    float rounding: PRUNE_MARGIN_US), and is simulated only if that does not settle it. A pair whose every
+    core fits in one tile predicts the same at every tile down to its widest core's (where a smaller tile
+    cannot win the tie): it is evaluated once and sleeps until then. A seed configuration (the bucket's
+    tuned block, tile and cores; 0: none) is simulated first: nothing slower than it can win, so its
+    time prunes from the start. The C++ build's ``bce_grad::cost::Refit`` is this function, line for line.
+
+    The bounds that drop more than the pruned NumPy scoring would (the floors, a dropped pair, the sleep)
+    never change the answer: what they drop predicts at or above the fastest seen (it neither wins nor
+    lowers that), or more than a tie's width above the seed (which beats it)."""
     elem = k[0]
-    blocks = max(-(-n * elem // block), 1)
-    cores_max = min(max_cores, blocks)
+    nb = blocks.shape[0]
+    cores_max = np.empty(nb, dtype=np.int64)
+    for bi in range(nb):
+        cores_max[bi] = min(max_cores, max(-(-n * elem // blocks[bi]), 1))
+    top_cores = cores_max.max()
     agg = 1.0 / ((1.0 - 0.0) / s[5] + 0.0 / s[6])
+    vfix = 0.0
+    vper = 0.0
+    for i in range(ops.shape[0]):
+        vfix += s[2]
+        vper += ops[i, 0] / REPEAT_BYTES * ops[i, 1]
+    vfix /= s[3]
+    vper /= s[3]
+    fixed_bytes = k[6] * float(n) * elem + float(k[3] * elem)
+    npairs = (top_cores + 1) * nb
+    known = np.zeros(npairs, dtype=np.bool_)
+    traffic = np.empty(npairs)
+    kinds_elems = np.zeros((npairs, 3), dtype=np.int64)
+    kinds_counts = np.zeros((npairs, 3), dtype=np.int64)
+    kinds_aligned = np.zeros((npairs, 3), dtype=np.bool_)
+    real = np.zeros((npairs, 3), dtype=np.int64)  # elements of the kinds that have cores (0: none)
+    widest = np.zeros(npairs, dtype=np.int64)
+    floors = np.zeros((npairs, 7))
+    alive = np.empty(npairs, dtype=np.int64)  # pair = c * nb + block index, in visiting order
+    merged = np.empty(npairs, dtype=np.int64)
+    wake = np.full(top_tiles + 1, -1, dtype=np.int64)
+    nxt = np.full(npairs, -1, dtype=np.int64)
+    n_alive = 0
+    for c in range(top_cores, 0, -1):
+        floor = s[0] + (fixed_bytes + float(c * k[5])) / (agg * 1e3)
+        for bi in range(nb):
+            if c <= cores_max[bi]:
+                traffic[c * nb + bi] = floor
+                alive[n_alive] = c * nb + bi
+                n_alive += 1
+    seed_us = np.inf
+    for bi in range(nb):
+        if (blocks[bi] == seed_block and 1 <= seed_cores <= cores_max[bi] and seed_tile >= TILE_STEP_BYTES
+                and seed_tile % TILE_STEP_BYTES == 0 and seed_tile <= top_tiles * TILE_STEP_BYTES):  # fmt: skip
+            counts, elems, tiles, tail, aligned, bd = _kinds(n, elem, seed_block, seed_tile, seed_cores)
+            seed_us = _evaluate(counts, elems, tiles, tail, aligned, seed_tile // elem, bn, bd, 0.0, k, ops, s, mte2,
+                                mte3, ct, True, -1.0)[0]  # fmt: skip
+    seed_tie = seed_us + 1.0 / 10.0**TIE_DECIMALS  # more than a tie's width above the seed: the seed beats it
     best_us = np.inf
     best_key = np.inf
+    best_block = -1
     best_tile = -1
     best_cores = -1
-    one_tile = np.zeros(cores_max + 1, dtype=np.bool_)  # a larger tile already gave every core one tile
-    seed_us = np.inf
-    if seed_tile > 0 and 1 <= seed_cores <= cores_max:
-        counts, elems, tiles, tail, aligned, bd = _kinds(n, elem, block, seed_tile, seed_cores)
-        seed_us = _evaluate(counts, elems, tiles, tail, aligned, seed_tile // elem, bn, bd, 0.0, k, ops, s, mte2,
-                            mte3, ct, True, -1.0)[0]  # fmt: skip
-    for ti in range(tile_choices.shape[0] - 1, -1, -1):
-        tile = tile_choices[ti]
-        full_vec = _vector(float(tile // elem), ops, s[2], s[3])  # the same full tile on every core count
-        for c in range(cores_max, 0, -1):
-            counts, elems, tiles, tail, aligned, bd = _kinds(n, elem, block, tile, c)
-            single = tiles[0] <= 1 and tiles[1] <= 1 and tiles[2] <= 1
-            if single and one_tile[c]:
-                continue  # the same tiling as with the larger tile (one tile per core): it cannot win the tie
-            one_tile[c] = single
-            bandwidth_us, _ = _traffic(counts, elems, tiles, aligned, bd, k, s, agg)
-            if s[0] + bandwidth_us >= best_us or s[0] + bandwidth_us > seed_us:
+    for ti in range(top_tiles, 0, -1):
+        if wake[ti] >= 0:  # the pairs that are more than one tile again here join, in visiting order
+            m = 0
+            a = 0
+            p = wake[ti]
+            while p >= 0 or a < n_alive:
+                if p >= 0 and (a >= n_alive or (top_cores - p // nb, p % nb) < (top_cores - alive[a] // nb,
+                                                                                  alive[a] % nb)):  # fmt: skip
+                    merged[m] = p
+                    p = nxt[p]
+                else:
+                    merged[m] = alive[a]
+                    a += 1
+                m += 1
+            alive[:m] = merged[:m]
+            n_alive = m
+        if n_alive == 0:
+            continue
+        tile = ti * TILE_STEP_BYTES
+        te = tile // elem
+        full_vec = _vector(float(te), ops, s[2], s[3])  # the same full tile on every core count
+        kept = 0
+        for a in range(n_alive):
+            pair = alive[a]
+            c = pair // nb
+            bi = pair % nb
+            if traffic[pair] >= best_us or traffic[pair] > seed_us:
+                continue  # and at every smaller tile
+            if not known[pair]:
+                known[pair] = True
+                counts, elems, _, _, aligned, bd = _kinds(n, elem, blocks[bi], TILE_STEP_BYTES, c)
+                for i in range(3):
+                    kinds_elems[pair, i] = elems[i]
+                    kinds_counts[pair, i] = counts[i]
+                    kinds_aligned[pair, i] = aligned[i]
+                    if counts[i] > 0:
+                        real[pair, i] = elems[i]
+                        widest[pair] = max(widest[pair], elems[i])
+                t0 = (1, 1, 1)
+                traffic[pair] = s[0] + _traffic(counts, elems, t0, aligned, bd, k, s, agg)[0]
+                share = agg / bd
+                per_byte = 1.0 / (share * 1e3)
+                floors[pair, 0] = k[1] * ct[1]
+                floors[pair, 1] = k[1] * float(elem) * per_byte
+                floors[pair, 2] = k[2] * ct[3]
+                floors[pair, 3] = k[2] * float(elem) * per_byte
+                floors[pair, 4] = vfix
+                floors[pair, 5] = vper
+                floors[pair, 6] = s[0] + s[1] + _copy(float(k[5]), mte2, ct[0], ct[1], share, True, 1.0)
+                if traffic[pair] >= best_us or traffic[pair] > seed_us:
+                    continue
+            floor = _core_floor(real[pair], te, bn, floors[pair]) if s[4] <= 1.0 else -np.inf
+            margin = PRUNE_MARGIN_US + 1e-9 * abs(floor)  # float rounding, generously
+            if floor - margin >= best_us or floor - margin > seed_tie:
+                continue  # and at every smaller tile
+            if te >= widest[pair]:  # every core one tile: the same prediction down to the widest core's tile
+                again = -(-widest[pair] * elem // TILE_STEP_BYTES) - 1
+                if again >= 1:
+                    prev = -1
+                    q = wake[again]
+                    while q >= 0 and (top_cores - q // nb, q % nb) < (top_cores - c, bi):
+                        prev = q
+                        q = nxt[q]
+                    nxt[pair] = q
+                    if prev < 0:
+                        wake[again] = pair
+                    else:
+                        nxt[prev] = pair
+            else:
+                alive[kept] = pair
+                kept += 1
+            counts = (kinds_counts[pair, 0], kinds_counts[pair, 1], kinds_counts[pair, 2])
+            elems = (kinds_elems[pair, 0], kinds_elems[pair, 1], kinds_elems[pair, 2])
+            aligned = (kinds_aligned[pair, 0], kinds_aligned[pair, 1], kinds_aligned[pair, 2])
+            tiles, tail = _with_tile(elems, te)
+            linear = _config_floor(counts, tiles, tail, te, bn, floors[pair]) if s[4] <= 1.0 else -np.inf
+            gap = PRUNE_MARGIN_US + 1e-9 * abs(linear)
+            if linear - gap >= best_us or linear - gap > seed_tie:
                 continue
-            r = _evaluate(counts, elems, tiles, tail, aligned, tile // elem, bn, bd, 0.0, k, ops, s, mte2, mte3, ct,
-                          False, full_vec)  # fmt: skip
+            r = _evaluate(counts, elems, tiles, tail, aligned, te, bn, c, 0.0, k, ops, s, mte2, mte3, ct, False,
+                          full_vec)  # fmt: skip
             slack = PRUNE_MARGIN_US + PRUNE_RELATIVE * r[8]  # the bound is the chain's to float rounding
             if r[8] - slack >= best_us or r[8] - slack > seed_us:
                 continue
             if r[9]:
                 us = r[8]
             else:
-                us = _evaluate(counts, elems, tiles, tail, aligned, tile // elem, bn, bd, 0.0, k, ops, s, mte2,
-                               mte3, ct, True, full_vec)[0]  # fmt: skip
+                us = _evaluate(counts, elems, tiles, tail, aligned, te, bn, c, 0.0, k, ops, s, mte2, mte3, ct, True,
+                               full_vec)[0]  # fmt: skip
             key = np.round(us, TIE_DECIMALS)
             if key < best_key:
-                best_key, best_tile, best_cores = key, tile, c
+                best_key, best_block, best_tile, best_cores = key, blocks[bi], tile, c
             best_us = min(best_us, us)
-    return best_tile, best_cores, best_us
+        n_alive = kept
+    return best_block, best_tile, best_cores, best_us
 
 
 def refit_choice(
     kernel: ElementwiseKernel,
     soc: SocProfile,
     n: int,
-    block: int,
+    blocks: tuple[int, ...],
     bn: int,
     tile_choices: np.ndarray,
-    seed: tuple[int, int] | None = None,
-) -> tuple[int, int, float]:
-    """(tile_bytes, core_num, predicted us) of the model's best configuration with this block and
-    buffer count at ``n`` elements, L2 cold: what ``space.score_space(..., blocks_only=(block,),
-    buffers_only=(bn,)).best_index()`` picks; ``seed`` (tile, cores) only speeds the search up."""
+    seed: tuple[int, int, int] | None = None,
+) -> tuple[int, int, int, float]:
+    """(block_bytes, tile_bytes, core_num, predicted us) of the model's best configuration with one of
+    these block sizes and this buffer count at ``n`` elements, L2 cold: what ``space.score_space(...,
+    blocks_only=blocks, buffers_only=(bn,)).best_index()`` picks; ``seed`` (block, tile, cores) only
+    speeds the search up. ``tile_choices`` must be ``space.tile_choices``'s (TILE_STEP_BYTES multiples
+    from one step up); (-1, -1, -1, inf) if it is empty."""
+    top = tile_choices.shape[0]
+    if not np.array_equal(tile_choices, np.arange(1, top + 1) * TILE_STEP_BYTES):
+        raise ValueError("tile_choices must be TILE_STEP_BYTES, 2 * TILE_STEP_BYTES, ... (space.tile_choices)")
+    if kernel.scalar_queue_bytes:
+        raise ValueError("the re-fit is for exact-scheme kernels (with a scalar queue the traffic depends on the tile)")
+    if top == 0 or n < 1:
+        return -1, -1, -1, float("inf")
     c = consts(kernel, soc)
-    seed_tile, seed_cores = seed if seed is not None and seed[0] in tile_choices else (0, 0)
-    tile, cores, us = _refit(n, block, bn, tile_choices.astype(np.int64), soc.aiv_cores, c.kernel, c.ops, c.soc,
-                             c.mte2, c.mte3, c.curve_tail, seed_tile, seed_cores)  # fmt: skip
-    return int(tile), int(cores), float(us)
+    order = np.array(sorted(set(blocks), reverse=True), dtype=np.int64)
+    seed_block, seed_tile, seed_cores = seed if seed is not None else (0, 0, 0)
+    block, tile, cores, us = _refit(n, order, bn, top, soc.aiv_cores, c.kernel, c.ops, c.soc, c.mte2, c.mte3,
+                                    c.curve_tail, seed_block, seed_tile, seed_cores)  # fmt: skip
+    return int(block), int(tile), int(cores), float(us)
 
 
 def evaluate(
@@ -424,7 +612,7 @@ def warm_up() -> float:
     start = time.perf_counter()
     soc = load_soc("Ascend910B2")
     kernel = bce_grad_kernel(Variant("float16", "mean"), "exact", 1)
-    refit_choice(kernel, soc, 100_003, 512, 2, np.arange(512, 8193, 512), (4096, 48))
+    refit_choice(kernel, soc, 100_003, (512, 1024), 2, np.arange(512, 8193, 512), (512, 4096, 48))
     one = np.array([1, 1, 1])
     evaluate(kernel, soc, one, one * 64, one, one * 64, np.array([True, True, True]), 64, 2, 3, 0.0)
     _READY.set()

@@ -25,10 +25,11 @@ def model_best(n: int, variant: Variant, soc: SocProfile, classes: int = 1) -> T
 
 
 def refit(n: int, variant: Variant, soc: SocProfile, tuned: TilingParams, classes: int = 1) -> TilingParams:
-    """The unseen-size policy: keep a bucket's tuned block size and BUFFER_NUM (what was measured
-    to suit the hardware), let the model choose the core count and tile at the exact size (what
-    depends on n: how the blocks divide over cores and tiles). Falls back to ``tuned`` if no
-    configuration of that block and buffer count is valid."""
+    """The unseen-size policy: keep a bucket's tuned BUFFER_NUM (the pipeline depth: what was measured
+    to suit the hardware), let the model choose the block size, core count and tile at the exact size
+    (what depends on n: how the elements divide over cores and tiles). Falls back to ``tuned`` if no
+    configuration of that buffer count is valid. (Keeping the bucket's block too left up to 1.9% of
+    regret on held-out sizes: a block that divided the tuned size well can divide n badly.)"""
     t = refit_tiling([n], variant, soc, tuned, classes)
     return TilingParams(**t.params.as_dict()) if t is not None else tuned
 
@@ -37,14 +38,14 @@ def refit_tiling(
     shape: list[int], variant: Variant, soc: SocProfile, tuned: TilingParams, classes: int = 1
 ) -> TilingData | None:
     """``refit`` as the validated tiling of ``shape`` itself (what the service sends), or None where no
-    configuration of the bucket's block and buffer count validates."""
+    configuration of the bucket's buffer count validates."""
     kernel = bce_grad_kernel(variant, "exact", classes)
-    if tuned.block_bytes is None or tuned.buffer_num is None or tuned.buffer_num not in kernel.allowed_buffer_nums():
+    if tuned.buffer_num is None or tuned.buffer_num not in kernel.allowed_buffer_nums():
         return None
-    seed = (tuned.tile_bytes, tuned.core_num) if tuned.tile_bytes and tuned.core_num else None
-    return _fastest_valid(
-        element_count(shape), variant, soc, classes, (tuned.block_bytes,), (tuned.buffer_num,), shape, seed
-    )
+    seed = None
+    if tuned.block_bytes and tuned.tile_bytes and tuned.core_num:
+        seed = (tuned.block_bytes, tuned.tile_bytes, tuned.core_num)
+    return _fastest_valid(element_count(shape), variant, soc, classes, None, (tuned.buffer_num,), shape, seed)
 
 
 def _fastest_valid(
@@ -55,11 +56,12 @@ def _fastest_valid(
     blocks_only: tuple[int, ...] | None,
     buffers_only: tuple[int, ...] | None,
     shape: list[int] | None = None,
-    seed: tuple[int, int] | None = None,
+    seed: tuple[int, int, int] | None = None,
 ) -> TilingData | None:
     """The fastest configuration whose tiling (of ``shape``, default [n]) validates: the best one (found
     by the compiled re-fit, one block and buffer count at a time), else the RANKED fastest in order from
-    the pruned NumPy scoring; None if none of them validates."""
+    the pruned NumPy scoring; None if none of them validates. ``seed`` (block, tile, cores) only speeds
+    the search up."""
     kernel = bce_grad_kernel(variant, "exact", classes)
     if shape is None:
         shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
@@ -83,10 +85,10 @@ def _best_params(
     n: int,
     blocks_only: tuple[int, ...] | None,
     buffers_only: tuple[int, ...] | None,
-    seed: tuple[int, int] | None = None,
+    seed: tuple[int, int, int] | None = None,
 ) -> TilingParams | None:
-    """``score_space(...).best_index()``'s configuration, slice by slice with the compiled re-fit: each
-    (block, buffer count) slice's best, then the space's tie-break across them (ScoredSpace.best_index)."""
+    """``score_space(...).best_index()``'s configuration with the compiled re-fit: each buffer count's
+    best over the blocks, then the space's tie-break across buffer counts (ScoredSpace.best_index)."""
     from tiling_model import compiled  # numba compiles on first use, not at import
 
     if not compiled.ready():  # the NumPy model: the same pick (tests/test_compiled.py), slower
@@ -99,9 +101,9 @@ def _best_params(
         tiles = tile_choices(kernel, soc, bn)
         if tiles.size == 0:
             continue
-        for block in blocks_only if blocks_only is not None else BLOCK_CHOICES:
-            tile, cores, us = compiled.refit_choice(kernel, soc, n, block, bn, tiles, seed)
-            keys.append((float(np.round(us, TIE_DECIMALS)), bn < 2, bn, -tile, -cores, -block))
+        blocks = blocks_only if blocks_only is not None else BLOCK_CHOICES
+        block, tile, cores, us = compiled.refit_choice(kernel, soc, n, blocks, bn, tiles, seed)
+        keys.append((float(np.round(us, TIE_DECIMALS)), bn < 2, bn, -tile, -cores, -block))
     if not keys:
         return None
     _, _, bn, tile, cores, block = min(keys)

@@ -16,6 +16,7 @@ from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.simulate import _curve
 from tiling_model.soc import SocProfile, load_soc
+from tiling_model.space import BLOCK_CHOICES
 from tiling_model.tables import TUNED_HEADER_NAME, TuningTable, load_table
 from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS, Variant
 
@@ -149,6 +150,9 @@ def render(tables: list[TuningTable]) -> str:
                     f"{p['core_num']}}},"
                 )
     body = [
+        "/** The block sizes the re-fit chooses among (tiling_model.space.BLOCK_CHOICES), largest first. */",
+        f"inline constexpr int64_t kBlockChoices[] = {{{', '.join(map(str, sorted(BLOCK_CHOICES, reverse=True)))}}};",
+        "",
         *soc_arrays,
         "",
         "/** Each SoC's cost-model numbers (tiling_model/socs/<name>.json), by name. */",

@@ -40,7 +40,7 @@ def held_out_regret(
     table: TuningTable, count: int, seed: int = 7, policy: str = "refit", progress: bool = False
 ) -> Regret:
     """Regret of the unseen-size policy on ``count`` log-uniform held-out sizes (model, noise-free):
-    ``refit`` (what the service does: bucket block and BUFFER_NUM, cores and tile re-fit at the exact
+    ``refit`` (what the service does: bucket BUFFER_NUM, block, cores and tile re-fit at the exact
     size) or ``nearest`` (the bucket's knobs as they are: what the C++ header does)."""
     soc = load_soc(table.soc)
     variants = sorted({e.variant for e in table.entries}, key=variant_order)

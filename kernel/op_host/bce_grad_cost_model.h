@@ -1,6 +1,6 @@
 /**
- * The cost model's re-fit in C++: for a tuned bucket's block size and BUFFER_NUM, the core count and
- * tile the model finds fastest at the exact element count, cold L2. It is tiling_model/compiled.py
+ * The cost model's re-fit in C++: for a tuned bucket's BUFFER_NUM, the block size, core count and tile
+ * the model finds fastest at the exact element count, cold L2. It is tiling_model/compiled.py
  * (the numba form of tiling_model/simulate.py) line for line, on the same doubles in the same order,
  * so the build picks what the service picks: tests/test_tuned_refit_cpp.py compares both on
  * thousands of random sizes and variants per SoC.
@@ -85,7 +85,6 @@ struct Kinds {
     int64_t tail[3];
     bool aligned[3];
     int64_t cores;
-    bool Single() const { return tiles[0] <= 1 && tiles[1] <= 1 && tiles[2] <= 1; }
 };
 
 /** Python's -(-a // b) for a >= 0, b > 0. */
@@ -324,7 +323,8 @@ struct RefitStats {
 };
 
 struct RefitChoice {
-    int64_t tileBytes;  // -1: no tile fits
+    int64_t blockBytes;  // -1: no tile fits
+    int64_t tileBytes;
     int64_t coreNum;
     double us;
 };
@@ -422,78 +422,135 @@ private:
     double vecFixed_ = 0.0, vecPerElem_ = 0.0, fin_ = 0.0, pin_ = 0.0, fout_ = 0.0, pout_ = 0.0, base_ = 0.0;
 };
 
+constexpr int64_t kMaxCores = 64;   // vector cores of a SoC the re-fit spreads over, at most
+constexpr int kMaxBlocks = 16;      // block sizes one re-fit chooses among, at most
+
+/** Per (block, core count) pair, what does not depend on the tile; reused across calls per thread. */
+struct RefitScratch {
+    bool known[kMaxBlocks][kMaxCores + 1];
+    double traffic[kMaxBlocks][kMaxCores + 1];
+    Kinds kinds[kMaxBlocks][kMaxCores + 1];
+    int64_t widest[kMaxBlocks][kMaxCores + 1];  // elements of the widest core: one tile per core from that tile up
+    CoreBound floors[kMaxBlocks][kMaxCores + 1];
+    // Pairs as (cores, block index) in visiting order: more cores first, then the larger block.
+    int32_t alive[kMaxBlocks * kMaxCores];
+    int32_t merged[kMaxBlocks * kMaxCores];
+    int32_t wake[1024];                         // per tile index: the first pair that is more than one tile again there
+    int32_t next[kMaxBlocks * (kMaxCores + 1)]; // the next pair of the same wake list
+};
+
+constexpr int64_t kMaxTiles = 1023;  // tile choices one re-fit walks, at most (512 B .. 511.5 KiB)
+
 /**
- * compiled._refit: the fastest (tile, cores) of one block size and BUFFER_NUM at n elements, cold L2,
- * with the space's tie-break (predictions rounded to 1e-9 us, then the larger tile, then more cores).
- * One pass in tie-break order: a configuration wins only by a smaller rounded prediction, so each is
- * skipped at the first bound that rules that out. Two bounds hold for every smaller tile too, so a core
- * count they rule out is dropped at once: the traffic bound (it does not depend on the tile: tiles are
- * whole 512-B blocks, the stride always aligned) and CoreBound. What is left gets the chain bound,
- * then, if that does not settle it, the simulation. tileTop is the largest tile that fits the UB (tiles
- * are kTileStepBytes, 2*kTileStepBytes, ..., up to it); the seed (the bucket's tuned tile and cores,
- * 0 for none) is simulated first and prunes from the start.
+ * compiled._refit: the fastest (block, tile, cores) of one BUFFER_NUM at n elements, cold L2, blocks in
+ * descending order, with the space's tie-break (predictions rounded to 1e-9 us, then the larger tile,
+ * more cores, the larger block). One pass in tie-break order: a configuration wins only by a smaller
+ * rounded prediction, so each is skipped at the first bound that rules that out. Two bounds hold for
+ * every smaller tile too, so a (block, core count) pair they rule out is dropped at once: the traffic
+ * bound (it does not depend on the tile: tiles are whole 512-B blocks, the stride always aligned;
+ * before a pair's kinds are known, its bytes at the full bandwidth stand in) and CoreBound. What is
+ * left gets CoreBound::ConfigUs, then the chain bound, then, if that does not settle it, the
+ * simulation. A pair whose every core fits in one tile is the same tiling at every tile down to its
+ * widest core's size, which cannot win the tie: it sleeps until that tile. tileTop is the largest
+ * tile that fits the UB (tiles are kTileStepBytes, 2*kTileStepBytes, ..., up to it); the seed (the
+ * bucket's tuned block, tile and cores; 0 for none) is simulated first and prunes from the start.
  *
- * The extra drops (CoreBound, and dropping a core count for good) never change the answer of
- * compiled._refit: a dropped configuration has a prediction at or above the fastest already seen (so
- * it neither wins nor lowers that), or more than a tie's width above the seed's (which beats it).
+ * The extra drops never change compiled._refit's answer: a dropped configuration's prediction is at
+ * or above the fastest already seen (so it neither wins nor lowers that), or more than a tie's width
+ * above the seed's (which beats it).
  */
-inline RefitChoice Refit(int64_t n, int64_t block, int64_t bn, int64_t tileTop, int64_t maxCores, const KernelModel& k,
-                         const SocModel& s, int64_t seedTile, int64_t seedCores, RefitStats* stats = nullptr) {
-    constexpr int64_t kMaxCores = 64;  // vector cores of a SoC the re-fit spreads over, at most
+inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t bn, int64_t tileTop, int64_t maxCores,
+                         const KernelModel& k, const SocModel& s, int64_t seedBlock, int64_t seedTile,
+                         int64_t seedCores, RefitStats* stats = nullptr) {
+    static thread_local RefitScratch w;
+    RefitChoice best{-1, -1, -1, INFINITY};
+    const int64_t tiles = std::min(tileTop / kTileStepBytes, kMaxTiles);
+    if (n <= 0 || nBlocks <= 0 || nBlocks > kMaxBlocks || tiles < 1) return best;
     const int64_t elem = k.elemBytes;
-    const int64_t blocks = std::max<int64_t>(Ceil(n * elem, block), 1);
-    const int64_t coresMax = std::min(std::min(maxCores, blocks), kMaxCores);
-    const int64_t tiles = tileTop / kTileStepBytes;
     const double agg = ColdAggregate(s);
-    double bestUs = INFINITY, bestKey = INFINITY;
-    RefitChoice best{-1, -1, INFINITY};
-    bool oneTile[kMaxCores + 1] = {false};
-    // Per core count, computed the first time it is needed: the core kinds (all but the tiles do not
-    // depend on the tile), the exact traffic bound and the CoreBound. Before that, a cheaper floor of
-    // the traffic bound: the bytes at the full aggregate bandwidth (a misaligned core only slows it).
-    bool known[kMaxCores + 1] = {false};
-    Kinds kinds[kMaxCores + 1];
-    double traffic[kMaxCores + 1];
-    CoreBound floors[kMaxCores + 1];
     const CoreBound::VectorFloor vecFloor(k, s);
     const double fixedBytes = static_cast<double>(k.Streams()) * static_cast<double>(n) * static_cast<double>(elem) +
                               static_cast<double>(k.scalarInputs * k.elemBytes);
-    int64_t alive[kMaxCores];  // core counts not yet ruled out, most first
-    int64_t nAlive = 0;
-    for (int64_t c = coresMax; c >= 1; --c) {
-        traffic[c] = s.launchUs + (fixedBytes + static_cast<double>(c * k.rowBytes)) / (agg * 1e3);
-        alive[nAlive++] = c;
+    int64_t coresMax[kMaxBlocks];
+    int64_t topCores = 0;
+    for (int b = 0; b < nBlocks; ++b) {
+        coresMax[b] = std::min(std::min(maxCores, std::max<int64_t>(Ceil(n * elem, blocks[b]), 1)), kMaxCores);
+        topCores = std::max(topCores, coresMax[b]);
     }
+    auto order = [&](int32_t pair) { return (topCores - pair / kMaxBlocks) * kMaxBlocks + pair % kMaxBlocks; };
+    int64_t nAlive = 0;
+    for (int64_t c = topCores; c >= 1; --c) {
+        const double floor = s.launchUs + (fixedBytes + static_cast<double>(c * k.rowBytes)) / (agg * 1e3);
+        for (int b = 0; b < nBlocks; ++b) {
+            w.known[b][c] = false;
+            if (c > coresMax[b]) continue;
+            w.traffic[b][c] = floor;
+            w.alive[nAlive++] = static_cast<int32_t>(c * kMaxBlocks + b);
+        }
+    }
+    for (int64_t ti = 0; ti <= tiles; ++ti) w.wake[ti] = -1;
     double seedUs = INFINITY;
-    if (seedTile > 0 && seedTile % kTileStepBytes == 0 && seedTile <= tileTop && 1 <= seedCores &&
-        seedCores <= coresMax) {
-        seedUs = Evaluate(KindsOf(n, elem, block, seedTile, seedCores), seedTile / elem, bn, k, s, true, -1.0).us;
+    for (int b = 0; b < nBlocks; ++b) {
+        if (blocks[b] == seedBlock && 1 <= seedCores && seedCores <= coresMax[b] && seedTile >= kTileStepBytes &&
+            seedTile % kTileStepBytes == 0 && seedTile <= tiles * kTileStepBytes) {
+            seedUs = Evaluate(KindsOf(n, elem, seedBlock, seedTile, seedCores), seedTile / elem, bn, k, s, true, -1.0).us;
+        }
     }
     const double seedTie = seedUs + 1.0 / kTieScale;  // more than a tie's width above the seed: the seed beats it
-    for (int64_t ti = tiles; ti >= 1 && nAlive > 0; --ti) {
+    double bestUs = INFINITY, bestKey = INFINITY;
+    for (int64_t ti = tiles; ti >= 1; --ti) {
+        if (w.wake[ti] >= 0) {  // merge the pairs that wake here into the visiting order
+            int64_t m = 0, a = 0;
+            for (int32_t p = w.wake[ti]; p >= 0 || a < nAlive;) {
+                if (p >= 0 && (a >= nAlive || order(p) < order(w.alive[a]))) {
+                    w.merged[m++] = p;
+                    p = w.next[p];
+                } else {
+                    w.merged[m++] = w.alive[a++];
+                }
+            }
+            std::copy(w.merged, w.merged + m, w.alive);
+            nAlive = m;
+        }
+        if (nAlive == 0) continue;
         const int64_t tile = ti * kTileStepBytes;
         const int64_t te = tile / elem;
         const double fullVec = VectorUs(static_cast<double>(te), k, s);
         int64_t kept = 0;
         for (int64_t a = 0; a < nAlive; ++a) {
-            const int64_t c = alive[a];
-            if (traffic[c] >= bestUs || traffic[c] > seedUs) continue;  // and at every smaller tile
-            if (!known[c]) {
-                known[c] = true;
-                kinds[c] = KindsOf(n, elem, block, kTileStepBytes, c);
-                traffic[c] = s.launchUs + TrafficUs(kinds[c], k, s, agg);
-                floors[c] = CoreBound(kinds[c], bn, k, s, agg, vecFloor);
-                if (traffic[c] >= bestUs || traffic[c] > seedUs) continue;
+            const int32_t pair = w.alive[a];
+            const int64_t c = pair / kMaxBlocks;
+            const int b = pair % kMaxBlocks;
+            if (w.traffic[b][c] >= bestUs || w.traffic[b][c] > seedUs) continue;  // and at every smaller tile
+            if (!w.known[b][c]) {
+                w.known[b][c] = true;
+                const Kinds& kd0 = w.kinds[b][c] = KindsOf(n, elem, blocks[b], kTileStepBytes, c);
+                w.widest[b][c] = 0;  // over the kinds that have cores: the others do not enter a prediction
+                for (int i = 0; i < 3; ++i) {
+                    if (kd0.counts[i] > 0) w.widest[b][c] = std::max(w.widest[b][c], kd0.elems[i]);
+                }
+                w.traffic[b][c] = s.launchUs + TrafficUs(kd0, k, s, agg);
+                w.floors[b][c] = CoreBound(kd0, bn, k, s, agg, vecFloor);
+                if (w.traffic[b][c] >= bestUs || w.traffic[b][c] > seedUs) continue;
             }
-            const double floor = floors[c].Us(te);
+            const double floor = w.floors[b][c].Us(te);
             const double margin = kPruneMarginUs + 1e-9 * std::fabs(floor);  // float rounding, generously
             if (floor - margin >= bestUs || floor - margin > seedTie) continue;  // and at every smaller tile
-            alive[kept++] = c;
-            const Kinds kd = WithTile(kinds[c], te);  // == KindsOf(n, elem, block, tile, c)
-            const bool single = kd.Single();
-            if (single && oneTile[c]) continue;  // the larger tile's tiling again: it cannot win the tie
-            oneTile[c] = single;
-            const double linear = floors[c].ConfigUs(kd, te);
+            if (te >= w.widest[b][c]) {
+                // Every core one tile: the same prediction at every tile down to the widest core's, where a
+                // smaller tile cannot win the tie. Evaluated here once, then asleep until that tile.
+                const int64_t again = Ceil(w.widest[b][c] * elem, kTileStepBytes) - 1;
+                if (again >= 1) {
+                    int32_t* link = &w.wake[again];
+                    while (*link >= 0 && order(*link) < order(pair)) link = &w.next[*link];
+                    w.next[pair] = *link;
+                    *link = pair;
+                }
+            } else {
+                w.alive[kept++] = pair;
+            }
+            const Kinds kd = WithTile(w.kinds[b][c], te);  // == KindsOf(n, elem, blocks[b], tile, c)
+            const double linear = w.floors[b][c].ConfigUs(kd, te);
             const double gap = kPruneMarginUs + 1e-9 * std::fabs(linear);
             if (linear - gap >= bestUs || linear - gap > seedTie) continue;
             const Prediction bound = Evaluate(kd, te, bn, k, s, false, fullVec);
@@ -505,6 +562,7 @@ inline RefitChoice Refit(int64_t n, int64_t block, int64_t bn, int64_t tileTop, 
             const double key = TieKey(us);
             if (key < bestKey) {
                 bestKey = key;
+                best.blockBytes = blocks[b];
                 best.tileBytes = tile;
                 best.coreNum = c;
             }

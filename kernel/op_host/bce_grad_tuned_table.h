@@ -37,6 +37,9 @@ struct Entry {
     int64_t coreNum;
 };
 
+/** The block sizes the re-fit chooses among (tiling_model.space.BLOCK_CHOICES), largest first. */
+inline constexpr int64_t kBlockChoices[] = {16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64, 32};
+
 inline constexpr double kSoc0Mte2Bytes[] = {1024.0, 4096.0, 16384.0, 65536.0, 253952.0};
 inline constexpr double kSoc0Mte2Us[] = {0.2372, 0.3848, 0.9754, 3.3376, 12.3925};
 inline constexpr double kSoc0Mte3Bytes[] = {1024.0, 4096.0, 16384.0, 65536.0, 253952.0};

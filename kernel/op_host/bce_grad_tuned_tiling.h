@@ -1,8 +1,8 @@
 /**
  * What the build ships: the tuned knobs of a call (bce_grad_tuned_table.h, generated from the
  * service's tables) and, at a size the tables were not tuned at, the service's unseen-size policy:
- * keep the bucket's block size and BUFFER_NUM, re-fit the core count and tile with the cost model at
- * the exact size (bce_grad_cost_model.h). So the compiled operator tiles every call as `POST /tiling`
+ * keep the bucket's BUFFER_NUM, re-fit the block size, core count and tile with the cost model at the
+ * exact size (bce_grad_cost_model.h). So the compiled operator tiles every call as `POST /tiling`
  * answers it (tests/test_tuned_refit_cpp.py: the same knobs on thousands of random sizes per SoC).
  *
  * Pure C++17, no CANN headers, no allocation: the TilingFunc (bce_grad_tiling.cpp) calls TunedTiling.
@@ -67,11 +67,12 @@ inline bool BufferNumAllowed(const cost::KernelModel& k, int64_t bufferNum) {
 
 /**
  * The knobs the build uses for n elements: the tuned entry's where it was tuned at n; at any other
- * size its block size and BUFFER_NUM with the core count and tile the model finds fastest at n
- * (the service's policy, search.refit); the entry's own knobs if no tile of that BUFFER_NUM fits; the
+ * size its BUFFER_NUM with the block size, core count and tile the model finds fastest at n (the
+ * service's policy, search.refit); the entry's own knobs if no tile of that BUFFER_NUM fits; the
  * scheme's defaults (all 0) where no entry applies. refitted says whether the model chose.
  */
-inline Knobs TunedKnobs(const char* soc, int64_t n, const Variant& v, const Platform& p, bool* refitted = nullptr) {
+inline Knobs TunedKnobs(const char* soc, int64_t n, const Variant& v, const Platform& p, bool* refitted = nullptr,
+                        cost::RefitStats* stats = nullptr) {
     Knobs k;
     if (refitted) *refitted = false;
     const int64_t socIndex = TunedSocIndex(soc);
@@ -89,10 +90,11 @@ inline Knobs TunedKnobs(const char* soc, int64_t n, const Variant& v, const Plat
     if (MakePlan(v, Scheme::Exact, &plan, &err) != Status::Ok) return k;
     const int64_t tileTop =
         plan.MaxTileBytes(p.ubBytes - p.ubReserveBytes, e->bufferNum) / cost::kTileStepBytes * cost::kTileStepBytes;
-    if (tileTop < cost::kTileStepBytes) return k;
-    const cost::RefitChoice c = cost::Refit(n, e->blockBytes, e->bufferNum, tileTop, p.aivCores, km,
-                                            tuned::kSocs[socIndex], e->tileBytes, e->coreNum);
+    const cost::RefitChoice c =
+        cost::Refit(n, tuned::kBlockChoices, static_cast<int>(std::size(tuned::kBlockChoices)), e->bufferNum, tileTop,
+                    p.aivCores, km, tuned::kSocs[socIndex], e->blockBytes, e->tileBytes, e->coreNum, stats);
     if (c.tileBytes > 0) {
+        k.blockBytes = c.blockBytes;
         k.tileBytes = c.tileBytes;
         k.coreNum = c.coreNum;
         if (refitted) *refitted = true;
