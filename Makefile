@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-service soak-service bench-tiling-key doctor mutants docker-test clean
+.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-tiling-cpp bench-service soak-service bench-tiling-key doctor mutants docker-test clean
 
 # everything: serving, tuning, the CPU twin, plots and the test tools
 $(STAMP): pyproject.toml
@@ -74,9 +74,17 @@ bench-model: $(STAMP)
 bench-search: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py
 
-# Regret of the shipped tables on held-out sizes against the exhaustive best (model backend).
+# Regret of the shipped tables on held-out sizes against the exhaustive best (model backend), by SoC:
+# the service's policy beside the CANN build's (the C++ header) and the bucket's knobs unchanged.
 bench-regret: $(STAMP)
 	$(PY) benchmarks/bucket_regret.py
+
+# ns per call of what the CANN TilingFunc runs (bce_grad::TunedTiling: lookup, re-fit, tiling), C++ -O2.
+bench-tiling-cpp:
+	mkdir -p build
+	g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I kernel/op_host \
+		benchmarks/cpp/tuned_tiling_bench.cpp -o build/tuned_tiling_bench
+	./build/tuned_tiling_bench 5000 20
 
 # Service load (wrk from Debian packages): cold (distinct requests) and warm (cache) beside a trivial POST.
 bench-service: $(STAMP)

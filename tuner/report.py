@@ -40,8 +40,8 @@ def held_out_regret(
     table: TuningTable, count: int, seed: int = 7, policy: str = "refit", progress: bool = False
 ) -> Regret:
     """Regret of the unseen-size policy on ``count`` log-uniform held-out sizes (model, noise-free):
-    ``refit`` (what the service does: bucket BUFFER_NUM, block, cores and tile re-fit at the exact
-    size) or ``nearest`` (the bucket's knobs as they are: what the C++ header does)."""
+    ``refit`` (what the service and the C++ build do: the bucket's BUFFER_NUM, block, cores and tile
+    re-fit at the exact size) or ``nearest`` (the bucket's knobs as they are)."""
     soc = load_soc(table.soc)
     variants = sorted({e.variant for e in table.entries}, key=variant_order)
     sizes = sorted({e.size for e in table.entries})
@@ -130,7 +130,7 @@ def write_report(table: TuningTable, out_dir: Path, regret_sizes: int = 0) -> Pa
             "| policy | median | 95th percentile | worst | worst case |",
             "|---|---|---|---|---|",
         ]
-        for policy, label in (("refit", "re-fit (the service)"), ("nearest", "nearest bucket (the C++ header)")):
+        for policy, label in (("refit", "re-fit (the service and the C++ build)"), ("nearest", "nearest bucket as is")):
             r = held_out_regret(table, regret_sizes, policy=policy, progress=True)
             lines.append(
                 f"| {label} | {100 * r.median:.2f}% | {100 * r.p95:.2f}% | {100 * r.worst:.2f}% | {r.worst_case} |"
