@@ -316,8 +316,9 @@ inline double TieKey(double us) {
     return std::isinf(y) ? us : std::nearbyint(y) / kTieScale;
 }
 
-/** What a re-fit did (for benchmarks): configurations the chain bound was computed for, simulated. */
+/** What a re-fit did (for benchmarks and for tuning its bounds). */
 struct RefitStats {
+    int64_t visited = 0;  // (block, cores, tile) configurations looked at past the traffic bound
     int64_t bounded = 0;
     int64_t simulated = 0;
 };
@@ -533,6 +534,7 @@ inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t 
                 w.floors[b][c] = CoreBound(kd0, bn, k, s, agg, vecFloor);
                 if (w.traffic[b][c] >= bestUs || w.traffic[b][c] > seedUs) continue;
             }
+            if (stats) ++stats->visited;
             const double floor = w.floors[b][c].Us(te);
             const double margin = kPruneMarginUs + 1e-9 * std::fabs(floor);  // float rounding, generously
             if (floor - margin >= bestUs || floor - margin > seedTie) continue;  // and at every smaller tile
