@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a command (the test suite) with the servers some tests need beside the project: a throwaway
 # PostgreSQL (multi-worker sweep test) and a private Docker daemon with a Debian base image (container
-# test). `make test` and `.ci/run` both come through here, so a fresh clone runs the same tests as CI.
+# test), and Debian's Chromium for the explorer's browser test. `make test` and `.ci/run` both come through here, so a fresh clone runs the same tests as CI.
 #
 # Each server starts only where it can: as root (PostgreSQL runs as user postgres, dockerd needs root)
 # and with its Debian packages installed; under CI=true missing packages are installed first. Where one
@@ -33,6 +33,14 @@ if [ -z "${BCETUNE_TEST_DOCKER:-}" ] && can_start /usr/sbin/dockerd && can_start
         export BCETUNE_TEST_DOCKER="$host" started_docker=1
     else
         echo "warning: Docker did not start; the container tests will skip" >&2
+    fi
+fi
+# Headless Chromium and its driver for the explorer's browser test (Debian's packages; nothing else is
+# downloaded: no browser build of a test tool's own)
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    if [ "$(id -u)" = "0" ] && [ "${CI:-}" = "true" ] && [ "${BCETUNE_SERVICES:-auto}" != "none" ]; then
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            chromium chromium-driver; } >&2 || echo "warning: Chromium did not install; the browser test will skip" >&2
     fi
 fi
 "$@"

@@ -22,7 +22,7 @@ from service.deps import Service, json_bytes
 from service.errors import CatchAll, bcetune_error, validation_error
 from service.limits import BodyLimit
 from service.metrics import Metrics, MetricsMiddleware
-from service.routes import health, tables, tiling
+from service.routes import explorer, health, tables, tiling
 from service.routes import metrics as metrics_routes
 from service.store import TableStore
 from tiling_model import BcetuneError, compiled
@@ -100,7 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.service = Service(store, metrics, settings)  # what the routes' dependencies read
-    for router in (tiling.router, tables.router, health.router, metrics_routes.router):
+    for router in (tiling.router, explorer.router, tables.router, health.router, metrics_routes.router):
         app.include_router(router)
     if settings.bench_endpoints:
         app.include_router(tiling.bench_router)

@@ -37,6 +37,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     mod = sys.modules.get("test_kernel_golden") or sys.modules.get("tests.test_kernel_golden")
     if mod is not None:
         terminalreporter.write_line(f"kernel golden cases run in the CPU twin: {mod.GOLDEN_CASES['count']}")
+    mod = sys.modules.get("test_explorer") or sys.modules.get("tests.test_explorer")
+    if mod is not None:
+        terminalreporter.write_line(f"explorer checks run in headless Chromium: {mod.RUN['browser']}")
     mod = sys.modules.get("test_cann_compile") or sys.modules.get("tests.test_cann_compile")
     if mod is not None:
         terminalreporter.write_line(f"compile checks run against the real CANN 8.5.0 headers: {mod.RUN['checks']}")

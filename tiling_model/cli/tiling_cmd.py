@@ -31,6 +31,11 @@ def add_tiling_command(sub: SubParsers) -> None:
     t.add_argument("--l2", choices=("cold", "warm"), default="cold", help="L2 state for the prediction")
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.add_argument("--max-cores", type=int, default=8, help="cores listed in the text summary")
+    t.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="also draw the explorer's pictures (core map, UB plan, pipeline timeline, landscape) as PNG and SVG",
+    )
 
 
 def tiling_report(t: TilingData, warm_l2: bool = False) -> dict[str, object]:
@@ -103,4 +108,14 @@ def run_tiling_command(args: argparse.Namespace) -> int:
         print()
     else:
         _print_text(rep, args.max_cores)
+    if args.plot:
+        from tiling_model.explain import explain
+        from tiling_model.explorer_plot import write_all
+
+        try:
+            paths = write_all(explain(t), args.plot)
+        except OSError as e:
+            print(f"python -m tiling_model: error: cannot write the pictures to {args.plot}: {e}", file=sys.stderr)
+            return 2
+        print(f"pictures: {', '.join(str(p) for p in paths)}", file=sys.stderr if args.json else sys.stdout)
     return 0

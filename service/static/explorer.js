@@ -1,0 +1,148 @@
+// The explorer page: the form <-> the query string, POST /tiling/explain for the numbers, POST
+// /tiling/plot/{picture} for the four pictures (inline SVG drawn by the server). Plain JavaScript, no
+// framework, nothing fetched from outside.
+"use strict";
+
+const FIELDS = ["soc", "shape", "dtype", "reduction", "weight", "pos_weight", "wrt"];
+const KNOBS = ["block_bytes", "buffer_num", "tile_bytes", "core_num"];
+const PICTURES = ["core_map", "ub", "timeline", "landscape"];
+const $ = (id) => document.getElementById(id);
+
+function fromQuery() {
+  const q = new URLSearchParams(location.search);
+  for (const name of FIELDS.concat(KNOBS)) {
+    if (!q.has(name)) continue;
+    const el = $(name);
+    if (el.type === "checkbox") el.checked = q.get(name) !== "false";
+    else el.value = q.get(name);
+  }
+}
+
+function query() {
+  const q = new URLSearchParams();
+  for (const name of FIELDS.concat(KNOBS)) {
+    const el = $(name);
+    if (el.type === "checkbox") q.set(name, el.checked ? "true" : "false");
+    else if (el.value.trim() !== "") q.set(name, el.value.trim());
+  }
+  return q;
+}
+
+// A value the way the user typed it: an integer where it is one, else the text (the API says what is wrong).
+function number(text) {
+  const t = text.trim();
+  return /^-?\d+$/.test(t) ? Number(t) : t;
+}
+
+function body() {
+  const shape = $("shape").value.trim();
+  const req = {
+    soc: $("soc").value,
+    shape: shape === "" ? [] : shape.split(/[,x ]+/).map(number),
+    dtype: $("dtype").value,
+    reduction: $("reduction").value,
+    weight: $("weight").checked,
+    pos_weight: $("pos_weight").value,
+    wrt: $("wrt").value,
+  };
+  const params = {};
+  for (const k of KNOBS) if ($(k).value.trim() !== "") params[k] = number($(k).value);
+  if (Object.keys(params).length) req.params = params;
+  return req;
+}
+
+function clearErrors() {
+  for (const el of document.querySelectorAll(".field")) el.classList.remove("bad");
+  for (const el of document.querySelectorAll(".error")) el.textContent = "";
+}
+
+// Each error of a 422 next to its field: loc is ["body", field, ...] or ["body", "params", knob].
+function showErrors(detail) {
+  for (const item of Array.isArray(detail) ? detail : [{ loc: ["body"], msg: String(detail) }]) {
+    const loc = (item.loc || []).filter((x) => x !== "body" && x !== "params" && typeof x === "string");
+    const field = loc.find((x) => $(x + "-error"));
+    const target = field ? $(field + "-error") : $("form-error");
+    target.textContent += (target.textContent ? " " : "") + item.msg;
+    if (field) document.querySelector(`.field[data-field="${field}"]`).classList.add("bad");
+  }
+}
+
+function show(doc) {
+  const a = doc.answer, e = doc.explain;
+  $("source").textContent = a.source;
+  $("block_dim").textContent = a.block_dim;
+  for (const k of KNOBS) $(k + "_out").textContent = a.params[k];
+  $("predicted_us").textContent = a.predicted_us.toFixed(4);
+  $("roofline_us").textContent = a.roofline_us.toFixed(4);
+  $("seed_default_us").textContent = e.seed_default_us.toFixed(4);
+  $("bottleneck").textContent = e.bottleneck;
+  $("notes").textContent = e.notes.join("; ");
+  $("result").hidden = false;
+}
+
+async function picture(name, req, generation) {
+  const fig = $("pic-" + name).querySelector(".pic");
+  fig.removeAttribute("data-rendered");
+  const r = await fetch(`/tiling/plot/${name}?format=svg`, {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(req),
+  });
+  if (generation !== current) return;
+  if (!r.ok) { fig.textContent = `no picture (${r.status})`; return; }
+  const svg = await r.text();
+  fig.innerHTML = svg.slice(svg.indexOf("<svg"));  // the server's matplotlib SVG, without its XML prologue
+  fig.setAttribute("data-rendered", "1");
+}
+
+let current = 0;
+
+async function submit(ev) {
+  if (ev) ev.preventDefault();
+  const generation = ++current;
+  clearErrors();
+  const q = query();
+  history.replaceState(null, "", "?" + q.toString());
+  $("permalink").href = "/explorer?" + q.toString();
+  $("status").textContent = "…";
+  const req = body();
+  let r;
+  try {
+    r = await fetch("/tiling/explain", {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(req),
+    });
+  } catch (err) {
+    $("form-error").textContent = "the service did not answer: " + err;
+    $("status").textContent = "";
+    return;
+  }
+  const doc = await r.json();
+  if (generation !== current) return;
+  $("status").textContent = "";
+  if (!r.ok) {
+    $("result").hidden = true;
+    showErrors(doc.detail);
+    return;
+  }
+  show(doc);
+  document.body.setAttribute("data-answered", String(generation));
+  await Promise.all(PICTURES.map((p) => picture(p, req, generation)));
+}
+
+async function socs() {
+  try {
+    const r = await fetch("/socs");
+    if (!r.ok) return;
+    const list = await r.json();
+    const names = (list.socs || list).map((s) => s.name || s);
+    const sel = $("soc"), keep = sel.value;
+    sel.innerHTML = "";
+    for (const n of names) sel.add(new Option(n, n));
+    sel.value = names.includes(keep) ? keep : names[0];
+  } catch (err) { /* keep the default SoC */ }
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  await socs();
+  fromQuery();
+  $("request").addEventListener("submit", submit);
+  submit();
+});

@@ -1,0 +1,259 @@
+"""A tiling as the explorer shows it, as data: where the elements fall over cores and tiles (and past
+the tensors), how the UB is filled, how the pipeline of one core of each kind runs, and how the
+predicted time moves with tile size and core count.
+
+Everything here is read from the model itself (the per-core plan, the kernel's buffer plan, the
+simulator's stage costs and schedule, the space's scoring), so a picture cannot disagree with the
+prediction. ``tiling_model.explorer_plot`` draws it; ``POST /tiling/explain`` serves it as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tiling_model.cost import kinds_of, predict_detail
+from tiling_model.kernels import bce_grad_kernel
+from tiling_model.plan import core_plan
+from tiling_model.simulate import KINDS, _costs, _pipeline_row
+from tiling_model.soc import SocProfile, load_soc
+from tiling_model.space import score_space, tile_choices
+from tiling_model.tiling import TilingData, TilingParams, compute_tiling
+
+STAGES = ("MTE2", "V", "MTE3")  # CopyIn, Compute, CopyOut
+MAX_TILES_SHOWN = 24  # tiles of one core drawn in the timeline (the simulator extrapolates the rest)
+
+
+@dataclass(frozen=True)
+class CoreSpan:
+    core: int
+    kind: str  # big, small or last
+    start: int  # first element
+    count: int  # elements it processes
+    tiles: int
+    tile_elems: int
+    tail_elems: int
+    past_end: int  # of those, elements beyond the tensors' end (the requirement's rounding to blocks)
+
+
+@dataclass(frozen=True)
+class UbBuffer:
+    name: str
+    role: str  # VECIN / VECOUT queue, TBuf temporary, scalar queue, staging
+    count: int  # buffers of this size (BUFFER_NUM for a queue)
+    bytes_each: int
+
+    @property
+    def total(self) -> int:
+        return self.count * self.bytes_each
+
+
+@dataclass(frozen=True)
+class UbPlan:
+    buffers: tuple[UbBuffer, ...]
+    ub_bytes: int  # the SoC's UB
+    reserve_bytes: int  # what the kernel must leave free
+    used_bytes: int
+
+    @property
+    def usable_bytes(self) -> int:
+        return self.ub_bytes - self.reserve_bytes
+
+
+@dataclass(frozen=True)
+class StageSpan:
+    tile: int
+    stage: str  # MTE2, V or MTE3
+    start_us: float  # from the core's start (after its start-up and row copy)
+    end_us: float
+
+
+@dataclass(frozen=True)
+class KindTimeline:
+    kind: str
+    cores: int  # cores of this kind
+    tiles: int  # tiles each of them runs
+    start_us: float  # core start-up and the pos_weight row copy before the first tile
+    spans: tuple[StageSpan, ...]  # the first MAX_TILES_SHOWN tiles
+    end_us: float  # the simulated end of this kind's last CopyOut (all tiles), start included
+    busy_us: dict[str, float]  # per stage, all tiles
+
+
+@dataclass(frozen=True)
+class Landscape:
+    """Predicted time over tile size x core count for the tiling's block size and BUFFER_NUM."""
+
+    block_bytes: int
+    buffer_num: int
+    tile_bytes: tuple[int, ...]
+    core_nums: tuple[int, ...]
+    predicted_us: tuple[tuple[float, ...], ...]  # [core index][tile index]
+    marks: dict[str, tuple[int, int]]  # name -> (tile_bytes, core_num): this tiling, seed default, model best
+    roofline_us: float
+
+
+@dataclass(frozen=True)
+class Explanation:
+    soc: str
+    n: int
+    scheme: str
+    params: dict[str, int]
+    predicted_us: float
+    roofline_us: float
+    seed_default_us: float  # the exact kernel with the default knobs at this shape
+    bottleneck: str
+    core_map: tuple[CoreSpan, ...]
+    ub: UbPlan
+    timelines: tuple[KindTimeline, ...]
+    landscape: Landscape | None
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ub"]["usable_bytes"] = self.ub.usable_bytes
+        for b, src in zip(d["ub"]["buffers"], self.ub.buffers, strict=True):
+            b["total"] = src.total
+        return d
+
+
+def ub_plan(t: TilingData, soc: SocProfile) -> UbPlan:
+    """Every UB buffer the kernel allocates for this tiling, as ``ElementwiseKernel.ub_bytes`` counts them."""
+    k, bn = t.kernel, t.params.buffer_num
+    tile = t.fields.tileDataNum * t.elem_bytes
+    queue = -(-tile // 32) * 32
+    buffers = [UbBuffer(name, "VECIN queue", bn, queue) for name in k.full_inputs]
+    buffers += [UbBuffer(name, "VECOUT queue", bn, queue) for name in k.outputs]
+    elems = t.fields.tileDataNum
+    if k.temp_buffers:
+        per = k.temp_bytes_per_elem // k.temp_buffers
+        buffers += [UbBuffer(f"temp{i}", "TBuf", 1, -(-(per * elems) // 32) * 32) for i in range(k.temp_buffers)]
+    elif k.temp_bytes_per_elem:
+        buffers.append(UbBuffer("temp", "TBuf", 1, -(-(k.temp_bytes_per_elem * elems) // 32) * 32))
+    if k.scalar_queue_bytes:
+        buffers.append(UbBuffer("grad", "scalar queue", bn, -(-k.scalar_queue_bytes // 32) * 32))
+    if k.row_bytes:
+        buffers.append(UbBuffer("pos_weight row", "staging TBuf", 1, -(-k.row_bytes // 32) * 32))
+    used = sum(b.total for b in buffers)
+    return UbPlan(tuple(buffers), soc.ub_bytes, soc.ub_reserve_bytes, used)
+
+
+def schedule(ntiles: int, full: tuple[float, float, float], tail: tuple[float, float, float], bn: int,
+             shown: int) -> list[StageSpan]:  # fmt: skip
+    """The first ``shown`` tiles of one core as the simulator schedules them (simulate._pipeline_row's
+    recurrence): a tile's CopyIn waits for the previous CopyIn and for the Compute of the tile BUFFER_NUM
+    before (its buffer); its Compute for its CopyIn, the previous Compute and the CopyOut BUFFER_NUM
+    before; its CopyOut for its Compute and the previous CopyOut."""
+    spans: list[StageSpan] = []
+    comp_hist, out_hist = [0.0], [0.0]
+    in_end = comp_end = out_end = 0.0
+    for i in range(min(ntiles, shown)):
+        a, b, c = tail if i == ntiles - 1 else full
+        back = max(i - bn, -1) + 1
+        in_start = max(in_end, comp_hist[back])
+        in_end = in_start + a
+        v_start = max(max(in_end, comp_end), out_hist[back])
+        comp_end = v_start + b
+        out_start = max(comp_end, out_end)
+        out_end = out_start + c
+        comp_hist.append(comp_end)
+        out_hist.append(out_end)
+        spans += [
+            StageSpan(i, "MTE2", in_start, in_end),
+            StageSpan(i, "V", v_start, comp_end),
+            StageSpan(i, "MTE3", out_start, out_end),
+        ]
+    return spans
+
+
+def _timelines(t: TilingData, soc: SocProfile) -> tuple[KindTimeline, ...]:
+    k = kinds_of(t)
+    c = _costs(t.kernel, k, soc, np.array([t.n]), False)
+    start = soc.core_start_us + float(c.row_us[0])
+    out = []
+    for j, kind in enumerate(KINDS):
+        cores, ntiles = int(k.cores[0, j]), int(k.tiles[0, j])
+        if cores <= 0 or ntiles <= 0:
+            continue
+        full = (float(c.full[0][0, j]), float(c.full[1][0, j]), float(c.full[2][0, j]))
+        tail = (float(c.tail[0][0, j]), float(c.tail[1][0, j]), float(c.tail[2][0, j]))
+        bn = t.params.buffer_num
+        nfull = ntiles - 1
+        busy = {s: nfull * f + x for s, f, x in zip(STAGES, full, tail, strict=True)}
+        end = start + _pipeline_row(ntiles, full, tail, bn)
+        out.append(KindTimeline(kind, cores, ntiles, start, tuple(schedule(ntiles, full, tail, bn, MAX_TILES_SHOWN)),
+                                end, busy))  # fmt: skip
+    return tuple(out)
+
+
+def _landscape(t: TilingData, soc: SocProfile) -> Landscape | None:
+    """The exact scheme's slice at this tiling's block and BUFFER_NUM (None if that BUFFER_NUM is not
+    allowed for the exact kernel or the shape is empty)."""
+    v, n, p = t.variant, t.n, t.params
+    kernel = bce_grad_kernel(v, "exact", max(t.fields.posWeightClasses, 1))
+    if n == 0 or p.buffer_num not in kernel.allowed_buffer_nums() or tile_choices(kernel, soc, p.buffer_num).size == 0:
+        return None
+    scored = score_space(kernel, soc, n, blocks_only=(p.block_bytes,), buffers_only=(p.buffer_num,))
+    tiles = tuple(int(x) for x in np.unique(scored.tile_bytes))
+    cores = tuple(int(x) for x in np.unique(scored.core_num))
+    grid = np.full((len(cores), len(tiles)), np.nan)
+    ti = np.searchsorted(tiles, scored.tile_bytes)
+    ci = np.searchsorted(cores, scored.core_num)
+    grid[ci, ti] = scored.result.predicted_us
+    best = scored.best_index()
+    marks = {"model best": (int(scored.tile_bytes[best]), int(scored.core_num[best]))}
+    if t.scheme == "exact":
+        marks["this tiling"] = (p.tile_bytes, min(p.core_num, cores[-1]))
+    default = compute_tiling([n], v, TilingParams(), soc, "exact").params
+    if (default.block_bytes, default.buffer_num) == (p.block_bytes, p.buffer_num):  # on this slice
+        marks["seed default"] = (default.tile_bytes, min(default.core_num, cores[-1]))
+    return Landscape(
+        p.block_bytes,
+        p.buffer_num,
+        tiles,
+        cores,
+        tuple(tuple(round(float(x), 4) for x in row) for row in grid),
+        marks,
+        round(float(np.nanmin(scored.result.roofline_us)), 4),
+    )
+
+
+def explain(t: TilingData, soc: SocProfile | str | None = None, landscape: bool = True) -> Explanation:
+    """The explorer's data for one tiling (cold L2, as the tables are tuned)."""
+    soc = load_soc(soc or t.soc) if not isinstance(soc, SocProfile) else soc
+    pred = predict_detail(t, soc)
+    plans = core_plan(t)
+    core_map = tuple(
+        CoreSpan(
+            c.index,
+            c.kind,
+            c.start,
+            c.count,
+            c.tiles,
+            c.tile_elems,
+            c.tail_elems,
+            c.end - max(min(c.end, t.n), c.start),
+        )
+        for c in plans
+    )
+    default = compute_tiling([t.n], t.variant, TilingParams(), soc, "exact") if t.n else None
+    notes = []
+    past = sum(c.past_end for c in core_map)
+    if past:
+        notes.append(f"{past} elements past the end of every tensor are read and written (red in the core map)")
+    return Explanation(
+        soc.name,
+        t.n,
+        t.scheme,
+        dict(t.params.as_dict()),
+        round(pred.predicted_us, 4),
+        round(pred.roofline_us, 4),
+        round(predict_detail(default, soc).predicted_us, 4) if default else 0.0,
+        pred.bottleneck,
+        core_map,
+        ub_plan(t, soc),
+        _timelines(t, soc) if t.block_dim else (),
+        _landscape(t, soc) if landscape else None,
+        tuple(notes),
+    )
