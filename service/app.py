@@ -59,6 +59,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return
         metrics.compiled.set(1)
         logs.event(log, logging.INFO, "compiled cost model ready", seconds=round(seconds, 2))
+        try:  # the explorer's pictures: matplotlib's import (and font cache, the first time) off the first request
+            import tiling_model.explorer_plot  # noqa: F401
+        except Exception:  # noqa: BLE001 - /tiling/plot then pays it, or says what is missing
+            log.exception("loading the explorer's plotting failed")
 
     async def watch() -> None:
         while True:

@@ -98,6 +98,24 @@ def test_every_picture_draws_as_svg_and_png(picture: str) -> None:
     assert render(e, picture, "png").startswith(b"\x89PNG\r\n\x1a\n")
 
 
+@pytest.mark.parametrize(
+    ("shape", "variant"),
+    [
+        ([0], Variant("float32", "none")),  # empty: no core, no timeline, no landscape
+        ([], Variant("int16", "none")),  # a scalar tensor: one element
+        ([2147483647, 2147483647], Variant("float16", "mean")),  # 2^62 elements: the timeline extrapolates
+        ([7, 1000], Variant("bfloat16", "none", True, "last_dim")),
+    ],
+)
+def test_edge_shapes_explain_and_draw(shape: list[int], variant: Variant) -> None:
+    t = compute_tiling(shape, variant, TilingParams(), "Ascend910B2")
+    e = explain(t)
+    assert len(e.core_map) == t.block_dim and (e.landscape is None) == (t.n == 0)
+    assert all(tl.end_us > 0 and len(tl.spans) <= 3 * 24 for tl in e.timelines)
+    for picture in PICTURES:
+        assert ET.fromstring(render(e, picture, "svg")).tag.endswith("svg")
+
+
 def test_cli_plot_writes_the_four_pictures(tmp_path: Path) -> None:
     out = tmp_path / "pics"
     r = subprocess.run(
