@@ -133,6 +133,10 @@ def test_a_read_only_root_file_system_with_a_tmpfs_works(image: str) -> None:
     c = Container(image, "--read-only", "--tmpfs", "/tmp")
     try:
         assert c.post(README_REQUEST).status_code == 200
+        # the explorer's pictures too: matplotlib finds no writable home and caches in the tmpfs
+        r = httpx.post(c.url + "/tiling/plot/landscape?format=png", json=README_REQUEST, timeout=60)
+        assert r.status_code == 200 and r.content.startswith(b"\x89PNG"), r.text[:500]
+        assert httpx.get(c.url + "/explorer", timeout=10).status_code == 200
     finally:
         c.remove()
 
@@ -172,4 +176,5 @@ def test_the_runtime_image_holds_what_serving_needs_only(image: str) -> None:
     )
     found = json.loads(docker("run", "--rm", "--entrypoint", "python", image, "-c", code).stdout)
     assert found == {"fastapi": True, "uvicorn": True, "numpy": True, "optuna": False, "scipy": False,
-                     "matplotlib": False, "torch": False, "pytest": False, "ml_dtypes": False}  # fmt: skip
+                     "matplotlib": True, "torch": False, "pytest": False, "ml_dtypes": False}  # fmt: skip
+    # matplotlib draws the explorer's pictures (POST /tiling/plot); the tuner, the twin and the tests stay out
