@@ -82,6 +82,7 @@ bench-regret: $(STAMP)
 # From a fresh service to the explorer's first view in headless Chromium (Debian chromium + chromium-driver).
 bench-explorer: $(STAMP)
 	$(PY) benchmarks/explorer_first_view.py
+	$(PY) benchmarks/explorer_first_view.py --settle 10
 
 # ns per call of what the CANN TilingFunc runs (bce_grad::TunedTiling: lookup, re-fit, tiling), C++ -O2.
 bench-tiling-cpp:

@@ -59,10 +59,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return
         metrics.compiled.set(1)
         logs.event(log, logging.INFO, "compiled cost model ready", seconds=round(seconds, 2))
-        try:  # the explorer's pictures: matplotlib's import (and font cache, the first time) off the first request
-            import tiling_model.explorer_plot  # noqa: F401
+        try:  # the explorer's pictures: matplotlib's import, fonts and renderers off the first request
+            from tiling_model import TilingParams, Variant, compute_tiling
+            from tiling_model.explain import explain
+            from tiling_model.explorer_plot import PICTURES, render
+
+            e = explain(compute_tiling([4096], Variant("float32", "none"), TilingParams(), settings.default_soc))
+            for picture in PICTURES:
+                render(e, picture, "svg")
         except Exception:  # noqa: BLE001 - /tiling/plot then pays it, or says what is missing
-            log.exception("loading the explorer's plotting failed")
+            log.exception("warming up the explorer's pictures failed")
 
     async def watch() -> None:
         while True:

@@ -122,7 +122,7 @@ def _landscape(e: Explanation, fig: Figure) -> None:
     grid = np.array(land.predicted_us, dtype=float)
     extent = (-0.5, len(land.tile_bytes) - 0.5, land.core_nums[-1] + 0.5, land.core_nums[0] - 0.5)
     norm = LogNorm(vmin=float(np.nanmin(grid)), vmax=float(np.nanmax(grid)))
-    im = ax.imshow(grid, aspect="auto", cmap="viridis_r", extent=extent, interpolation="nearest", norm=norm)
+    im = ax.imshow(grid, aspect="auto", cmap="viridis_r", extent=extent, interpolation="none", norm=norm)
     fig.colorbar(im, ax=ax, label="predicted us (log)")
     step = max(1, len(land.tile_bytes) // 8)
     ax.set_xticks(range(0, len(land.tile_bytes), step), [f"{t // 1024}K" if t >= 1024 else str(t)
