@@ -2,14 +2,14 @@
  * The cost model's re-fit in C++: for a tuned bucket's BUFFER_NUM, the block size, core count and tile
  * the model finds fastest at the exact element count, cold L2. It is tiling_model/compiled.py
  * (the numba form of tiling_model/simulate.py) line for line, on the same doubles in the same order,
- * so the build picks what the service picks: tests/test_tuned_refit_cpp.py compares both on
+ * so the build picks what the service picks: tests/test_tuned_header.py compares both on
  * thousands of random sizes and variants per SoC.
  *
- * Pure C++17, no CANN headers, no allocation. The numbers it reads (the SoC's DMA curves, clocks and
- * bandwidths, the kernel's streams and instructions) are generated into bce_grad_tuned_table.h from
- * the SoC profiles and tiling_model.kernels. Compile without -ffast-math and without FMA contraction
- * (-ffp-contract=off; GCC contracts by default in its GNU dialects where the target has FMA, e.g.
- * aarch64 hosts), or a tie may break differently from the service's.
+ * Pure C++17, no CANN headers, no heap allocation (a per-thread scratch). The numbers it reads (the
+ * SoC's DMA curves, clocks and bandwidths, the kernel's streams and instructions) are generated into
+ * bce_grad_tuned_table.h from the SoC profiles and tiling_model.kernels. Compile without -ffast-math
+ * and without FMA contraction (-ffp-contract=off; GCC contracts by default in its GNU dialects where
+ * the target has FMA, e.g. aarch64 hosts), or a tie may break differently from the service's.
  */
 #ifndef BCE_GRAD_COST_MODEL_H
 #define BCE_GRAD_COST_MODEL_H
@@ -21,7 +21,7 @@
 namespace bce_grad {
 namespace cost {
 
-// tiling_model/simulate.py and space.py (tests/test_tuned_refit_cpp.py checks they agree)
+// tiling_model/simulate.py and space.py (tests/test_tuned_header.py checks they agree)
 constexpr int64_t kWarmup = 24;           // tiles simulated before the steady state is extrapolated
 constexpr int64_t kPeriod = 12;           // a multiple of every steady-state cyclicity (BUFFER_NUM <= 4)
 constexpr int64_t kRepeatBytes = 256;     // bytes one vector repeat processes
