@@ -168,3 +168,19 @@ def test_export_header_cli_writes_and_refuses_an_empty_directory(tmp_path: Path)
         timeout=60,
     )
     assert r.returncode == 2 and "no tables in" in r.stderr
+
+
+def test_bench_regret_reports_the_build_beside_the_service() -> None:
+    """`make bench-regret` on a few sizes: a row per policy, and the build's row is the service's."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bucket_regret.py"), "--soc", "Ascend910B2", "--sizes", "5"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[1]: line.split()[2:5] for line in r.stdout.splitlines() if line.startswith("Ascend910B2")}
+    assert set(rows) == {"service", "build", "nearest"} and rows["service"] == rows["build"]
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bucket_regret.py"), "--sizes", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--sizes must be at least 1" in bad.stderr
