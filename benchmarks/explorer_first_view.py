@@ -71,6 +71,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--settle", type=float, default=0.0, help="seconds between healthy and opening the page")
     a = ap.parse_args()
+    if a.runs < 1 or a.settle < 0:
+        print("explorer_first_view: error: --runs must be at least 1 and --settle not negative", file=sys.stderr)
+        return 2
     if not (CHROMIUM.is_file() and DRIVER.is_file()):
         print(f"explorer_first_view: error: needs {CHROMIUM} and {DRIVER} (apt-get install chromium chromium-driver)",
               file=sys.stderr)  # fmt: skip

@@ -9,15 +9,15 @@ with the flags the parity with the Python cost model needs (no FMA contraction).
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kernel.cpu import cache_dir
+from kernel.cpu import build_once, cache_dir
 from tiling_model import BuildError, TilingParams, Variant, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
 from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
@@ -53,26 +53,22 @@ def _sources() -> list[Path]:
 
 def build_host_tiling() -> Path:
     """The query program, built once per source and compiler; BuildError without g++ or on errors."""
-    cxx = shutil.which("g++")
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cxx is None:
-        raise BuildError("g++ is not installed: the C++ host tiling cannot be built here")
+        raise BuildError("no C++ compiler: install g++ (or set CXX) to build the C++ host tiling")
     h = hashlib.sha256(subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout.encode())
     h.update(" ".join(CXXFLAGS).encode())
     for f in _sources():
         h.update(f.name.encode() + b"\0" + f.read_bytes())
-    exe = cache_dir() / f"tuned_knobs-{h.hexdigest()[:16]}"
-    if exe.is_file():
-        return exe
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=exe.parent) as tmp:
-        out = Path(tmp) / exe.name
+
+    def build(out: Path) -> None:
         main = _root() / "host" / "tuned_knobs_main.cpp"
         cmd = [cxx, *CXXFLAGS, "-I", str(_root() / "op_host"), str(main), "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BuildError(f"the C++ host tiling did not compile:\n{proc.stderr[-4000:]}")
-        out.replace(exe)  # atomic: a concurrent build finds a whole file or none
-    return exe
+
+    return build_once(cache_dir() / f"tuned_knobs-{h.hexdigest()[:16]}", build)
 
 
 def query_host_tiling(calls: Sequence[tuple[str, Variant, int]], exe: Path | None = None) -> list[HostKnobs]:

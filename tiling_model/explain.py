@@ -119,24 +119,10 @@ class Explanation:
 
 
 def ub_plan(t: TilingData, soc: SocProfile) -> UbPlan:
-    """Every UB buffer the kernel allocates for this tiling, as ``ElementwiseKernel.ub_bytes`` counts them."""
-    k, bn = t.kernel, t.params.buffer_num
+    """Every UB buffer the kernel allocates for this tiling (``ElementwiseKernel.ub_buffers``)."""
     tile = t.fields.tileDataNum * t.elem_bytes
-    queue = -(-tile // 32) * 32
-    buffers = [UbBuffer(name, "VECIN queue", bn, queue) for name in k.full_inputs]
-    buffers += [UbBuffer(name, "VECOUT queue", bn, queue) for name in k.outputs]
-    elems = t.fields.tileDataNum
-    if k.temp_buffers:
-        per = k.temp_bytes_per_elem // k.temp_buffers
-        buffers += [UbBuffer(f"temp{i}", "TBuf", 1, -(-(per * elems) // 32) * 32) for i in range(k.temp_buffers)]
-    elif k.temp_bytes_per_elem:
-        buffers.append(UbBuffer("temp", "TBuf", 1, -(-(k.temp_bytes_per_elem * elems) // 32) * 32))
-    if k.scalar_queue_bytes:
-        buffers.append(UbBuffer("grad", "scalar queue", bn, -(-k.scalar_queue_bytes // 32) * 32))
-    if k.row_bytes:
-        buffers.append(UbBuffer("pos_weight row", "staging TBuf", 1, -(-k.row_bytes // 32) * 32))
-    used = sum(b.total for b in buffers)
-    return UbPlan(tuple(buffers), soc.ub_bytes, soc.ub_reserve_bytes, used)
+    buffers = tuple(UbBuffer(*b) for b in t.kernel.ub_buffers(tile, t.params.buffer_num))
+    return UbPlan(buffers, soc.ub_bytes, soc.ub_reserve_bytes, sum(b.total for b in buffers))
 
 
 def schedule(ntiles: int, full: tuple[float, float, float], tail: tuple[float, float, float], bn: int,

@@ -86,30 +86,24 @@ def _ub(e: Explanation, fig: Figure) -> None:
 def _timeline(e: Explanation, fig: Figure) -> None:
     ax = fig.add_subplot()
     labels: list[str] = []
+    ticks: list[float] = []
     y = 0.0
-    for tl in e.timelines:
+    for tl in e.timelines:  # three lanes per core kind, half a lane between kinds
         for stage in STAGES:
             spans = [(s.start_us + tl.start_us, s.end_us - s.start_us) for s in tl.spans if s.stage == stage]
             ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=STAGE_COLOURS[stage], edgecolors="white", linewidth=0.5)
             labels.append(f"{tl.kind} core {stage}")
+            ticks.append(y)
             y += 1
         ax.plot([tl.end_us], [y - 1], marker="|", markersize=14, color="black")
         y += 0.5
-    ax.set_yticks(_ticks(e), labels, fontsize=7)
+    ax.set_yticks(ticks, labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("us from the launch (cold L2; | marks the core's last CopyOut)")
     shown = max((len(tl.spans) // 3 for tl in e.timelines), default=0)
     most = max((tl.tiles for tl in e.timelines), default=0)
     extra = f", first {shown} of {most} tiles drawn" if most > shown else ""
     ax.set_title(f"pipeline per core kind: bottleneck {e.bottleneck}{extra}", fontsize=9)
-
-
-def _ticks(e: Explanation) -> list[float]:
-    ticks, y = [], 0.0
-    for _ in e.timelines:
-        ticks += [y, y + 1, y + 2]
-        y += 3.5
-    return ticks
 
 
 def _landscape(e: Explanation, fig: Figure) -> None:

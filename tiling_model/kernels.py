@@ -90,25 +90,35 @@ class ElementwiseKernel:
         worst = max(self.vecin_queues, self.vecout_queues)
         return tuple(b for b in choices if worst * b <= MAX_BUFFERS_PER_POSITION)
 
-    def _fixed_ub(self, buffer_num: int) -> int:
-        scalar = buffer_num * _round_up(self.scalar_queue_bytes, 32) if self.scalar_queue_bytes else 0
-        return scalar + _round_up(self.row_bytes, 32)
+    def ub_buffers(self, tile_bytes: int, buffer_num: int) -> tuple[tuple[str, str, int, int], ...]:
+        """Every buffer InitBuffer asks for, as (name, role, count, bytes each; each rounded up to 32 B,
+        as TPipe does): the queues x BUFFER_NUM, the TBuf temporaries, the seed's scalar queue, the
+        pos_weight row's staging. ``ub_bytes`` is their sum; the explorer draws them."""
+        queue = _round_up(tile_bytes, 32)
+        out = [(name, "VECIN queue", buffer_num, queue) for name in self.full_inputs]
+        out += [(name, "VECOUT queue", buffer_num, queue) for name in self.outputs]
+        elems = tile_bytes // self.elem_bytes
+        if self.temp_buffers:
+            per = _round_up(self.temp_bytes_per_elem // self.temp_buffers * elems, 32)
+            out += [(f"temp{i}", "TBuf", 1, per) for i in range(self.temp_buffers)]
+        elif self.temp_bytes_per_elem:
+            out.append(("temp", "TBuf", 1, _round_up(self.temp_bytes_per_elem * elems, 32)))
+        if self.scalar_queue_bytes:
+            out.append(("grad", "scalar queue", buffer_num, _round_up(self.scalar_queue_bytes, 32)))
+        if self.row_bytes:
+            out.append(("pos_weight row", "staging TBuf", 1, _round_up(self.row_bytes, 32)))
+        return tuple(out)
 
     def ub_bytes(self, tile_bytes: int, buffer_num: int) -> int:
         """UB bytes InitBuffer asks for (each buffer rounded up to 32 B, as TPipe does)."""
-        queues = self.streams * buffer_num * _round_up(tile_bytes, 32)
-        elems = tile_bytes // self.elem_bytes
-        if self.temp_buffers:
-            per = self.temp_bytes_per_elem // self.temp_buffers
-            temps = self.temp_buffers * _round_up(per * elems, 32)
-        else:
-            temps = _round_up(self.temp_bytes_per_elem * elems, 32)
-        return queues + temps + self._fixed_ub(buffer_num)
+        return sum(count * each for _, _, count, each in self.ub_buffers(tile_bytes, buffer_num))
 
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - kernels are frozen values, few and long-lived
     def max_tile_bytes(self, ub_budget: int, buffer_num: int) -> int:
         """Largest 32-B multiple tile whose buffers fit in ``ub_budget`` (0 if none)."""
+        fixed = self.ub_bytes(0, buffer_num)  # what does not grow with the tile
         per_byte = self.streams * buffer_num + self.temp_bytes_per_elem / self.elem_bytes
-        tile = int((ub_budget - self._fixed_ub(buffer_num)) / per_byte) // 32 * 32
+        tile = int((ub_budget - fixed) / per_byte) // 32 * 32
         while tile > 0 and self.ub_bytes(tile, buffer_num) > ub_budget:
             tile -= 32
         return max(tile, 0)

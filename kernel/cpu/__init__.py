@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -93,6 +94,18 @@ def source_hash(cxx: str, extra: tuple[str, ...] = ()) -> str:
     return h.hexdigest()[:16]
 
 
+def build_once(path: Path, build: Callable[[Path], None]) -> Path:
+    """``path`` if it exists, else ``build(tmp)`` into a temporary file beside it, moved into place
+    atomically (concurrent builders agree on the result; a failed build leaves nothing behind)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            tmp_out = Path(tmp) / path.name
+            build(tmp_out)
+            os.replace(tmp_out, path)
+    return path
+
+
 def compile_twin(entry: Path, out: Path, extra: tuple[str, ...] = ()) -> None:
     """g++ ``entry`` (which includes the kernel and the twin) into the shared library ``out``."""
     cxx = shutil.which(os.environ.get("CXX", "g++"))
@@ -119,13 +132,11 @@ def library(flow: str = "launch", dtype: str | None = None) -> ctypes.CDLL:
         extra = flow_flags(flow, dtype)
         cxx = shutil.which(os.environ.get("CXX", "g++")) or "g++"
         tag = flow if flow == "launch" else f"op-{dtype}"
-        path = cache_dir() / f"bce_grad_twin-{tag}-{source_hash(cxx, extra)}.so"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-                tmp_out = Path(tmp) / path.name
-                compile_twin(Path(str(resources.files("kernel"))) / "cpu" / "twin_entry.cpp", tmp_out, extra)
-                os.replace(tmp_out, path)  # atomic: concurrent builders agree on the result
+        entry = Path(str(resources.files("kernel"))) / "cpu" / "twin_entry.cpp"
+        path = build_once(
+            cache_dir() / f"bce_grad_twin-{tag}-{source_hash(cxx, extra)}.so",
+            lambda out: compile_twin(entry, out, extra),
+        )
         lib = ctypes.CDLL(str(path))
         lib.bce_twin_flow.restype = ctypes.c_char_p
         lib.bce_twin_run.restype = ctypes.c_int
