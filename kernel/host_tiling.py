@@ -20,7 +20,7 @@ from pathlib import Path
 from kernel.cpu import build_once, cache_dir
 from tiling_model import BuildError, TilingParams, Variant, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
-from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
+from tiling_model.variant import BROADCAST_FORMS, WRT_FORMS
 
 CXXFLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror")
 
@@ -71,16 +71,21 @@ def build_host_tiling() -> Path:
     return build_once(cache_dir() / f"tuned_knobs-{h.hexdigest()[:16]}", build)
 
 
-def query_host_tiling(calls: Sequence[tuple[str, Variant, int]], exe: Path | None = None) -> list[HostKnobs]:
-    """What the build does for each (SoC, variant, element count) call, on the SoC's own platform
-    numbers (UB size, reserve, vector cores); a last-dim pos_weight's C is the element count (shape [n])."""
+def query_host_tiling(
+    calls: Sequence[tuple[str, Variant, int] | tuple[str, Variant, int, int]], exe: Path | None = None
+) -> list[HostKnobs]:
+    """What the build does for each (SoC, variant, element count[, weight period]) call, on the SoC's
+    own platform numbers (UB size, reserve, vector cores); a last-dim pos_weight's C is the element
+    count (shape [n]); a last-dim or rows weight's period defaults to n as well."""
     exe = exe or build_host_tiling()
     lines = []
-    for soc_name, v, n in calls:
+    for call in calls:
+        soc_name, v, n = call[:3]
+        period = call[3] if len(call) > 3 else (n if v.weight in ("last_dim", "rows") else 0)  # type: ignore[misc]
         soc = load_soc(soc_name)
         lines.append(
-            f"{soc_name} {DTYPE_ID[v.dtype]} {REDUCTION_ID[v.reduction]} {int(v.weight)} "
-            f"{POS_WEIGHT_FORMS.index(v.pos_weight)} {WRT_FORMS.index(v.wrt)} {n} {soc.ub_bytes} "
+            f"{soc_name} {DTYPE_ID[v.dtype]} {REDUCTION_ID[v.reduction]} {BROADCAST_FORMS.index(v.weight)} "
+            f"{BROADCAST_FORMS.index(v.pos_weight)} {WRT_FORMS.index(v.wrt)} {n} {period} {soc.ub_bytes} "
             f"{soc.ub_reserve_bytes} {soc.aiv_cores}"
         )
     proc = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=False)

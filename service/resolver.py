@@ -40,6 +40,7 @@ class Query:
     shape: tuple[int, ...]
     variant: Variant
     given: tuple[tuple[str, int], ...]  # the knobs the request fixes
+    weight_period: int = 0  # a last-dim weight's P or a rows weight's R (0: not such a weight)
 
     @property
     def classes(self) -> int:
@@ -60,6 +61,10 @@ def _response(t: TilingData, source: str, prov: dict[str, Any], given: tuple[tup
         "tiling_b64": base64.b64encode(t.to_bytes()).decode(),
         "block_dim": t.block_dim,
         "tiling_key": t.tiling_key,
+        "launch": t.block_dim > 0,
+        "workspace_bytes": t.workspace_bytes,
+        "weight": t.variant.weight,
+        "weight_period": t.fields.weightPeriod,
         "predicted_us": round(d.predicted_us, 4),
         "roofline_us": round(d.roofline_us, 4),
         "source": source,
@@ -99,12 +104,16 @@ class TilingResolver:
         self._answers[q] = outcome
 
     def _tiling(self, q: Query, params: TilingParams) -> TilingData:
-        return compute_tiling(list(q.shape), q.variant, params, q.soc)
+        period = q.weight_period if q.variant.weight in ("last_dim", "rows") else None
+        return compute_tiling(list(q.shape), q.variant, params, q.soc, "exact", period)
 
     def _tuned(self, q: Query, n: int) -> tuple[TilingData, str, dict[str, Any]]:
         soc = load_soc(q.soc)
         table = self.tables.get(q.soc)
         entry = table.lookup(q.variant, n) if table else None
+        seeded = entry is None and q.variant.tuned_base != q.variant  # an untuned weight form: the full weight's bucket
+        if table is not None and seeded:
+            entry = table.lookup(q.variant.tuned_base, n)
         if table is not None and entry is not None:
             prov = {
                 "schema_version": table.schema_version,
@@ -114,14 +123,14 @@ class TilingResolver:
                 "created": table.created,
             }
             params = entry.tiling_params()
-            if entry.size != n:  # unseen size: keep the bucket's BUFFER_NUM, re-fit block, cores and tile
-                refitted = refit_tiling(list(q.shape), q.variant, soc, params, q.classes)  # validated
-                if refitted is not None:
+            if entry.size != n or seeded:  # keep the bucket's BUFFER_NUM, re-fit block, cores and tile
+                refitted = refit_tiling(list(q.shape), q.variant, soc, params, q.classes, q.weight_period)
+                if refitted is not None:  # validated
                     return refitted, "bucket", prov
             t = self._tiling(q, params)
             bad = validate(t, soc)
             if not bad:
-                return t, ("exact" if entry.size == n else "bucket"), prov
+                return t, ("exact" if entry.size == n and not seeded else "bucket"), prov
             event(
                 log,
                 logging.WARNING,
@@ -140,7 +149,7 @@ class TilingResolver:
         }
         if n == 0:
             return self._tiling(q, TilingParams()), "model", prov
-        best = model_best(n, q.variant, soc, q.classes)
+        best = model_best(n, q.variant, soc, q.classes, q.weight_period)
         return self._tiling(q, TilingParams(**best.params.as_dict())), "model", prov
 
     def _resolve(self, q: Query) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from tiling_model import Dtype, PosWeightForm, Reduction, SocProfile, Variant, Wrt, known_socs, load_soc
-from tiling_model.dtypes import DTYPE_BYTES, INT_DTYPES
+from tiling_model.dtypes import DTYPE_BYTES, INT_DTYPES, UnsupportedError
+from tiling_model.variant import Broadcast, BroadcastForm, broadcast_of
 
 if TYPE_CHECKING:
     from service.store import LoadedTable
@@ -48,6 +49,8 @@ class TilingRequest(BaseModel):
             "examples": [
                 {"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"},
                 {"shape": [64, 1000], "dtype": "float32", "pos_weight": "last_dim", "params": {"buffer_num": 1}},
+                {"shape": [4096, 1000], "dtype": "float16", "weight": [1000]},
+                {"shape": [4096, 1000], "dtype": "float16", "weight": [4096, 1]},
             ]
         },
     )
@@ -56,8 +59,15 @@ class TilingRequest(BaseModel):
     shape: list[int] = Field(max_length=MAX_DIMS, description=f"dims, each 0..{MAX_DIM}; at most {MAX_DIMS}")
     reduction: Reduction = "none"
     soc: str | None = Field(None, description="target SoC (GET /socs); default: the service's default SoC")
-    weight: bool = Field(True, description="the optional weight input is present")
-    pos_weight: PosWeightForm = Field("none", description="absent, same shape, or [C] along the last dim")
+    weight: bool | BroadcastForm | list[int] = Field(
+        True,
+        description="the optional weight: its shape (any shape PyTorch broadcasts to the input: [C], [N, 1], "
+        "[1], ...), or its form: full / none (true / false), last_dim ([C], C the last dim), rows ([..., 1]: "
+        "one value per last-dim row), scalar",
+    )
+    pos_weight: PosWeightForm | list[int] = Field(
+        "none", description="absent, same shape, or [C] along the last dim: a form, or the shape"
+    )
     wrt: Wrt = Field("logit", description="gradient w.r.t. the raw logit or the probability p")
     params: ParamsIn | None = Field(None, description="knobs to fix; the others are tuned")
 
@@ -81,11 +91,22 @@ class TilingRequest(BaseModel):
             )
         return shape
 
+    @field_validator("weight")
+    @classmethod
+    def _weight_broadcasts(cls, weight: bool | str | list[int], info: ValidationInfo) -> bool | str | list[int]:
+        shape = info.data.get("shape")
+        if shape is not None:
+            _weight_of(weight, shape)  # raises, naming the shape
+        return weight
+
     @field_validator("pos_weight")
     @classmethod
-    def _last_dim_needs_a_dim(cls, pos_weight: str, info: ValidationInfo) -> str:
+    def _last_dim_needs_a_dim(cls, pos_weight: str | list[int], info: ValidationInfo) -> str | list[int]:
         if pos_weight == "last_dim" and info.data.get("shape") == []:
             raise ValueError("pos_weight='last_dim' needs a shape with at least one dim (its C is the last dim)")
+        shape = info.data.get("shape")
+        if isinstance(pos_weight, list) and shape is not None:
+            _pos_weight_of(pos_weight, shape)
         return pos_weight
 
     @field_validator("soc")
@@ -106,15 +127,53 @@ class TilingRequest(BaseModel):
     @field_validator("wrt")
     @classmethod
     def _probability_rules(cls, wrt: str, info: ValidationInfo) -> str:
-        if wrt == "probability" and info.data.get("pos_weight", "none") != "none":
+        if wrt == "probability" and info.data.get("pos_weight", "none") not in ("none", None):
             raise ValueError("pos_weight applies to wrt='logit' only")
         if wrt == "probability" and info.data.get("dtype") in INT_DTYPES:
             raise ValueError(f"wrt='probability' needs a float dtype, not {info.data['dtype']} (A2 has no integer Div)")
         return wrt
 
+    def weight_broadcast(self) -> Broadcast:
+        return _weight_of(self.weight, self.shape)
+
     def variant(self) -> Variant:
         """The call's variant (every rule it checks is checked above, naming the field)."""
-        return Variant(self.dtype, self.reduction, self.weight, self.pos_weight, self.wrt)
+        pw = _pos_weight_of(self.pos_weight, self.shape) if isinstance(self.pos_weight, list) else self.pos_weight
+        return Variant(self.dtype, self.reduction, self.weight_broadcast().form, pw, self.wrt)  # type: ignore[arg-type]
+
+
+def _weight_of(weight: bool | str | list[int], shape: list[int]) -> Broadcast:
+    """The weight's form and period: from its shape (tiling_model.broadcast_of), or a form named with
+    the period of a [C] (last_dim) or [..., 1] (rows) weight: the last dim."""
+    if isinstance(weight, bool):
+        return Broadcast("full" if weight else "none")
+    if isinstance(weight, list):
+        for i, d in enumerate(weight):
+            if d < 0 or d > MAX_DIM:
+                raise ValueError(f"weight dimension {i} is {d}, outside 0..{MAX_DIM}")
+        try:
+            return broadcast_of("weight", weight, shape)
+        except UnsupportedError as e:
+            raise ValueError(str(e)) from None
+    if weight in ("last_dim", "rows"):
+        if not shape:
+            raise ValueError(f"weight={weight!r} needs a shape with at least one dim (its period is the last dim)")
+        return Broadcast(weight, shape[-1])  # type: ignore[arg-type]
+    return Broadcast(weight)  # type: ignore[arg-type]
+
+
+def _pos_weight_of(pos_weight: list[int], shape: list[int]) -> str:
+    """pos_weight's form from its shape: the input's shape or [C] along the last dim."""
+    try:
+        b = broadcast_of("pos_weight", pos_weight, shape)
+    except UnsupportedError as e:
+        raise ValueError(str(e)) from None
+    if b.form in ("none", "full") or (b.form == "last_dim" and shape and b.period == shape[-1]):
+        return b.form
+    raise ValueError(
+        f"pos_weight of shape {pos_weight} broadcasts as {b.form}; the kernel reads pos_weight of the input's shape "
+        "or [C] along the last dim"
+    )
 
 
 class BatchRequest(BaseModel):
@@ -182,6 +241,10 @@ class TilingResponse(BaseModel):
                     "tiling_b64": "AAAQAAAAAAA=",
                     "block_dim": 48,
                     "tiling_key": 2111,
+                    "launch": True,
+                    "workspace_bytes": 0,
+                    "weight": "full",
+                    "weight_period": 0,
                     "predicted_us": 9.17,
                     "roofline_us": 8.4,
                     "source": "exact",
@@ -206,6 +269,10 @@ class TilingResponse(BaseModel):
     tiling_b64: str = Field(description="base64 of the exact bytes the kernel reads")
     block_dim: int
     tiling_key: int
+    launch: bool = Field(description="false for an empty tensor (a dim of 0): nothing to launch, no workspace")
+    workspace_bytes: int = Field(description="GM workspace the kernel needs beyond the framework's (last-dim rows)")
+    weight: BroadcastForm = Field(description="the weight's form the tiling is for")
+    weight_period: int = Field(description="its period: P of last_dim, R of rows (elements per value); else 0")
     predicted_us: float
     roofline_us: float
     source: Literal["exact", "bucket", "model"] = Field(

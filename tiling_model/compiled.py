@@ -28,6 +28,7 @@ from numba import njit  # noqa: E402
 from tiling_model.kernels import ElementwiseKernel  # noqa: E402
 from tiling_model.simulate import (  # noqa: E402
     BOUND_SLACK,
+    DUP_CYCLES,
     GM_ALIGN_BYTES,
     PERIOD,
     PRUNE_MARGIN_US,
@@ -44,7 +45,9 @@ from tiling_model.space import TIE_DECIMALS, TILE_STEP_BYTES  # noqa: E402
 class Consts:
     """A kernel on a SoC as the flat numbers the compiled code reads (cold L2 unless ``hit`` says)."""
 
-    kernel: np.ndarray  # elem, full_inputs, outputs, scalar_inputs, scalar_queue_bytes, row_bytes, streams
+    # elem, full_inputs, outputs, scalar_inputs, scalar_queue_bytes, row_bytes, streams, workspace_inputs,
+    # row_inputs, row_len, row_expand_bytes, hbm_streams
+    kernel: np.ndarray
     ops: np.ndarray  # (k, 2): operand bytes, cycles per repeat
     soc: np.ndarray  # launch, core_start, vector_start_cycles, clock, misaligned, hbm, l2, hbm_peak, l2_peak
     mte2: np.ndarray  # (p, 2) curve points in bytes, us
@@ -64,6 +67,11 @@ def consts(kernel: ElementwiseKernel, soc: SocProfile) -> Consts:
             kernel.scalar_queue_bytes,
             kernel.row_bytes,
             kernel.streams,
+            kernel.workspace_inputs,
+            kernel.row_inputs,
+            kernel.row_len,
+            kernel.row_expand_bytes,
+            kernel.hbm_streams,
         ],
         dtype=np.int64,
     )
@@ -129,25 +137,43 @@ def _copy(
 
 
 @njit(cache=True, inline="always")
-def _vector(elems: float, ops: np.ndarray, start_cycles: float, clock: float) -> float:
+def _row_values(elems: float, row_len: float) -> float:
+    """``simulate.row_values``: the values of a rows operand one tile reads."""
+    if elems <= 0:
+        return 0.0
+    return min(elems, math.ceil(elems / row_len) + 1.0)
+
+
+@njit(cache=True, inline="always")
+def _vector(elems: float, k: np.ndarray, ops: np.ndarray, start_cycles: float, clock: float) -> float:
     if elems <= 0:
         return 0.0
     cycles = 0.0
     for i in range(ops.shape[0]):
         cycles += start_cycles + math.ceil(elems * ops[i, 0] / REPEAT_BYTES) * ops[i, 1]
+    if k[8] > 0:  # one Duplicate per row the tile touches (simulate.vector_us)
+        r = float(k[9])
+        dup = start_cycles + math.ceil(min(r, elems) * k[10] / REPEAT_BYTES) * DUP_CYCLES
+        cycles += k[8] * _row_values(elems, r) * dup
     return cycles / clock
 
 
 @njit(cache=True, inline="always")
 def _stage(elems: float, k: np.ndarray, ops: np.ndarray, s: np.ndarray, mte2: np.ndarray, mte3: np.ndarray,
-           tail: np.ndarray, share: float, aligned: bool, vec: float) -> tuple[float, float, float]:  # fmt: skip
+           tail: np.ndarray, share: float, aligned: bool, vec: float,
+           l2_share: float) -> tuple[float, float, float]:  # fmt: skip
     """CopyIn, Compute, CopyOut of one tile of ``elems`` (``vec`` < 0: compute the vector time here)."""
     nbytes = elems * k[0]
-    cin = k[1] * _copy(nbytes, mte2, tail[0], tail[1], share, aligned, s[4])
+    cin = (k[1] - k[8] - k[7]) * _copy(nbytes, mte2, tail[0], tail[1], share, aligned, s[4])
+    if k[7] > 0:  # a window of the core's row in L2, at any phase: misaligned
+        cin = cin + k[7] * _copy(nbytes, mte2, tail[0], tail[1], l2_share, False, s[4])
+    if k[8] > 0:  # the row values start anywhere in GM: misaligned
+        values = _row_values(elems, float(k[9])) * k[0]
+        cin = cin + k[8] * _copy(values, mte2, tail[0], tail[1], share, False, s[4])
     if k[4] > 0 and elems > 0:
         cin = cin + _copy(float(k[4]), mte2, tail[0], tail[1], share, True, 1.0)
     if vec < 0:
-        vec = _vector(elems, ops, s[2], s[3])
+        vec = _vector(elems, k, ops, s[2], s[3])
     cout = k[2] * _copy(nbytes, mte3, tail[2], tail[3], share, aligned, s[4])
     return cin, vec, cout
 
@@ -250,7 +276,8 @@ def _traffic(counts: tuple, elems: tuple, tiles: tuple, aligned: tuple, block_di
     scalar_bytes = float(k[3] * elem)
     if k[4] > 0:
         scalar_bytes = queued * k[4]
-    bytes_moved = k[6] * covered * elem + scalar_bytes + block_dim * k[5]
+    rows = k[8] * (covered / k[9]) if k[8] > 0 else 0.0
+    bytes_moved = (k[11] * covered + rows) * elem + scalar_bytes + block_dim * (k[7] * k[5])
     misaligned = 1.0 - mis_cores / max(csum, 1.0) * (1.0 - s[4])
     return bytes_moved / (agg * 1e3 * misaligned), bytes_moved
 
@@ -265,7 +292,8 @@ def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: t
     agg = 1.0 / ((1.0 - hit) / s[5] + hit / s[6])
     agg_peak = 1.0 / ((1.0 - hit) / s[7] + hit / s[8])
     share = agg / active
-    row_us = _copy(float(k[5]), mte2, ct[0], ct[1], share, True, 1.0)
+    l2_share = s[6] / active
+    row_us = k[7] * _copy(float(k[5]), mte2, ct[0], ct[1], share, True, 1.0)
     core_us = 0.0
     slowest = -1
     busy0 = busy1 = busy2 = 0.0
@@ -281,12 +309,12 @@ def _evaluate(counts: tuple, elems: tuple, tiles: tuple, tail: tuple, aligned: t
         single = single and nt <= 1
         if nt > 1:  # the full tile's stage depends on the alignment only: kinds share it
             if full_for != int(aligned[i]):
-                fa0, fb0, fc0 = _stage(float(te), k, ops, s, mte2, mte3, ct, share, aligned[i], full_vec)
+                fa0, fb0, fc0 = _stage(float(te), k, ops, s, mte2, mte3, ct, share, aligned[i], full_vec, l2_share)
                 full_for = int(aligned[i])
             a, b, c = fa0, fb0, fc0
         else:
-            a, b, c = _stage(0.0, k, ops, s, mte2, mte3, ct, share, aligned[i], 0.0)
-        ta, tb, tc = _stage(float(tail[i]), k, ops, s, mte2, mte3, ct, share, aligned[i], -1.0)
+            a, b, c = _stage(0.0, k, ops, s, mte2, mte3, ct, share, aligned[i], 0.0, l2_share)
+        ta, tb, tc = _stage(float(tail[i]), k, ops, s, mte2, mte3, ct, share, aligned[i], -1.0, l2_share)
         nfull = nt - 1
         a1 = ta if nt <= 1 else a
         b1 = tb if nt <= 1 else b
@@ -415,7 +443,8 @@ def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, 
         vper += ops[i, 0] / REPEAT_BYTES * ops[i, 1]
     vfix /= s[3]
     vper /= s[3]
-    fixed_bytes = k[6] * float(n) * elem + float(k[3] * elem)
+    rows = k[8] * (float(n) / k[9]) if k[8] > 0 else 0.0  # a rows operand's n / R values
+    fixed_bytes = (k[11] * float(n) + rows) * elem + float(k[3] * elem)
     npairs = (top_cores + 1) * nb
     known = np.zeros(npairs, dtype=np.bool_)
     traffic = np.empty(npairs)
@@ -431,7 +460,7 @@ def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, 
     nxt = np.full(npairs, -1, dtype=np.int64)
     n_alive = 0
     for c in range(top_cores, 0, -1):
-        floor = s[0] + (fixed_bytes + float(c * k[5])) / (agg * 1e3)
+        floor = s[0] + (fixed_bytes + float(c * (k[7] * k[5]))) / (agg * 1e3)
         for bi in range(nb):
             if c <= cores_max[bi]:
                 traffic[c * nb + bi] = floor
@@ -470,7 +499,7 @@ def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, 
             continue
         tile = ti * TILE_STEP_BYTES
         te = tile // elem
-        full_vec = _vector(float(te), ops, s[2], s[3])  # the same full tile on every core count
+        full_vec = _vector(float(te), k, ops, s[2], s[3])  # the same full tile on every core count
         kept = 0
         for a in range(n_alive):
             pair = alive[a]
@@ -493,12 +522,13 @@ def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, 
                 share = agg / bd
                 per_byte = 1.0 / (share * 1e3)
                 floors[pair, 0] = k[1] * ct[1]
-                floors[pair, 1] = k[1] * float(elem) * per_byte
+                # the rows' few values: not bounded; the workspace windows at the L2 share
+                floors[pair, 1] = (k[1] - k[8] - k[7]) * float(elem) * per_byte + k[7] * float(elem) / (s[6] / bd * 1e3)
                 floors[pair, 2] = k[2] * ct[3]
                 floors[pair, 3] = k[2] * float(elem) * per_byte
                 floors[pair, 4] = vfix
                 floors[pair, 5] = vper
-                floors[pair, 6] = s[0] + s[1] + _copy(float(k[5]), mte2, ct[0], ct[1], share, True, 1.0)
+                floors[pair, 6] = s[0] + s[1] + k[7] * _copy(float(k[5]), mte2, ct[0], ct[1], share, True, 1.0)
                 if traffic[pair] >= best_us or traffic[pair] > seed_us:
                     continue
             floor = _core_floor(real[pair], te, bn, floors[pair]) if s[4] <= 1.0 else -np.inf

@@ -94,7 +94,9 @@ def exact_bytes_moved(t: TilingData, k: CoreKinds) -> int:
     scalar = len(kernel.scalar_inputs) * t.elem_bytes
     if kernel.scalar_queue_bytes:
         scalar = sum(int(c) * int(n) for c, n in zip(k.cores[0], k.tiles[0], strict=True)) * kernel.scalar_queue_bytes
-    return kernel.streams * covered * t.elem_bytes + scalar + t.block_dim * kernel.row_bytes
+    rows = kernel.row_inputs * -(-covered // kernel.row_len) if kernel.row_inputs else 0  # ceil(n / R) values
+    dense = kernel.hbm_streams * covered
+    return (dense + rows) * t.elem_bytes + scalar + t.block_dim * kernel.workspace_inputs * kernel.row_bytes
 
 
 def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = False) -> Prediction:

@@ -67,8 +67,18 @@ class ElementwiseKernel:
     ops: tuple[VectorOp, ...] = ()  # vector instructions per tile
     temp_bytes_per_elem: int = 0  # TBuf bytes per tile element (compute-dtype temporaries)
     scalar_queue_bytes: int = 0  # a small VECIN queue per buffer (the seed's grad scalar)
-    row_bytes: int = 0  # a per-core staging TBuf (the last-dim pos_weight row copy)
+    row_bytes: int = 0  # a per-core staging TBuf (the last-dim rows' copy into the workspace)
     temp_buffers: int = 0  # TBufs the temporaries are split into (each rounded up to 32 B)
+    # Of full_inputs, how many are last-dim operands: each core writes its periodic row into its GM
+    # workspace once (a row copy through the staging TBuf), every tile reads its window from there. The
+    # reads cost MTE2 time like any stream, but the workspace stays in L2: HBM sees the row only.
+    workspace_inputs: int = 0
+    # Of full_inputs, how many are row operands (one value per ``row_len`` elements): a tile reads its
+    # ceil(len / R) + 1 values through its queue and expands them in UB, one Duplicate per row (of
+    # ``row_expand_bytes`` per element) into a TBuf counted in the temporaries.
+    row_inputs: int = 0
+    row_len: int = 0
+    row_expand_bytes: int = 0
 
     @property
     def elem_bytes(self) -> int:
@@ -84,7 +94,20 @@ class ElementwiseKernel:
 
     @property
     def streams(self) -> int:
+        """Queues of full tiles (UB, queue limits, per-tile DMAs): every full input and output."""
         return len(self.full_inputs) + len(self.outputs)
+
+    @property
+    def hbm_streams(self) -> int:
+        """Streams whose every element crosses HBM (the workspace and row operands do not)."""
+        return self.streams - self.workspace_inputs - self.row_inputs
+
+    def hbm_bytes(self, n: float) -> float:
+        """Bytes a launch over ``n`` elements moves element by element (what L2's footprint and the
+        traffic count before per-core rows and scalars): the dense streams, plus n / R values of each
+        row operand."""
+        rows = self.row_inputs * (n / self.row_len) if self.row_inputs else 0.0
+        return (self.hbm_streams * n + rows) * self.elem_bytes
 
     def allowed_buffer_nums(self, choices: tuple[int, ...] = (1, 2, 3, 4)) -> tuple[int, ...]:
         worst = max(self.vecin_queues, self.vecout_queues)
@@ -106,7 +129,7 @@ class ElementwiseKernel:
         if self.scalar_queue_bytes:
             out.append(("grad", "scalar queue", buffer_num, _round_up(self.scalar_queue_bytes, 32)))
         if self.row_bytes:
-            out.append(("pos_weight row", "staging TBuf", 1, _round_up(self.row_bytes, 32)))
+            out.append(("last-dim row", "staging TBuf", 1, _round_up(self.row_bytes, 32)))
         return tuple(out)
 
     def ub_bytes(self, tile_bytes: int, buffer_num: int) -> int:
@@ -163,7 +186,9 @@ def elementwise_kernel(
 
 
 @functools.lru_cache(maxsize=4096)
-def bce_grad_kernel(variant: Variant, scheme: Scheme = "exact", classes: int = 0) -> ElementwiseKernel:
+def bce_grad_kernel(
+    variant: Variant, scheme: Scheme = "exact", classes: int = 0, weight_period: int = 0
+) -> ElementwiseKernel:
     """The buffer plan and instruction list of the kernel that runs a tiling of this scheme.
 
     ``seed``: the requirement's kernel: four VECIN queues and one VECOUT queue of full tiles
@@ -173,32 +198,47 @@ def bce_grad_kernel(variant: Variant, scheme: Scheme = "exact", classes: int = 0
     float32 in two or three TBuf temporaries, float32 and ints compute in place in the input
     tiles. wrt="logit": ``z = w*g*((pw*y + 1 - y)*p - pw*y)`` (``w*g*(p - y)`` without
     pos_weight); wrt="probability": ``z = w*g*(p - y) / max(p*(1 - p), 1e-12)`` (floats only).
-    pos_weight "full" is one more stream; "last_dim" (shape [C]) is one more stream too: each
-    core first writes the periodic row ``pw[k % C]`` into its workspace (through a staging
-    buffer of ``LAST_DIM_STAGE_ELEMS``), then reads each tile's window from there with
-    byte-granular DataCopyPad (that prologue is not in the simulator; it is L2-resident).
-    ``classes`` only checks C >= 1: UB use does not depend on C.
+
+    Broadcast operands (variant.py): "full" is one more stream. "last_dim" (pos_weight [C], a weight
+    of period P) is one more queue too, read from the core's workspace: each core first writes the
+    periodic row into it (through a staging buffer of ``LAST_DIM_STAGE_ELEMS``, shared by both
+    operands), then reads each tile's window with byte-granular DataCopyPad; HBM sees the row only.
+    A "rows" weight (R = ``weight_period`` elements per value) reads ceil(len/R)+1 values per tile
+    through its queue and expands them with one Duplicate per row into a compute-type TBuf (no cast).
+    A "scalar" weight is read once per core, like the grad of sum/mean, and multiplies with Muls.
+    ``classes`` only checks C >= 1: UB use does not depend on C (nor on a last-dim weight's P).
     """
     if scheme == "seed":
         return _seed_kernel(variant)
     if variant.pos_weight == "last_dim" and classes < 1:
         raise BadRequest("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
+    if variant.weight in ("last_dim", "rows") and weight_period < 1:
+        raise BadRequest(f"weight={variant.weight!r} needs its period >= 1 (elements per row or per value)")
     v, elem = variant, DTYPE_BYTES[variant.dtype]
     widen = v.dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem
+    read_weight = v.weight in ("full", "last_dim", "rows")
     full = (["grad"] if v.reduction == "none" else []) + ["logits", "labels"]
-    full += (["weight"] if v.weight else []) + (["pos_weight"] if v.pos_weight != "none" else [])
+    full += (["weight"] if read_weight else []) + (["pos_weight"] if v.pos_weight != "none" else [])
+    rows = 1 if v.weight == "rows" else 0
     term_ops, term_temps = _term(v, widen)
-    ops = [VectorOp("cast", 4)] * len(full) if widen else []
+    ops = [VectorOp("cast", 4)] * (len(full) - rows) if widen else []
     ops += [VectorOp(o, work) for o in term_ops]
     ops.append(VectorOp("mul" if v.reduction == "none" else "muls", work))  # grad (scaled by 1/N for mean)
-    ops += [VectorOp("mul", work)] if v.weight else []
+    if v.has_weight:
+        ops.append(VectorOp("muls" if v.weight == "scalar" else "mul", work))
     ops += [VectorOp("cast_f32_f16" if v.dtype == "float16" else "cast", 4)] if widen else []
-    temps = (2 if widen else 0) + term_temps  # A = float(p), B = float(y) / scratch for the later casts
-    row = LAST_DIM_STAGE_ELEMS * elem if v.pos_weight == "last_dim" else 0
-    scalar = () if v.reduction == "none" else ("grad",)
-    name = f"bce_grad/{v.wrt}" + (f"/pw_{v.pos_weight}" if v.pos_weight != "none" else "")
-    return ElementwiseKernel(name, v.dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps)
+    temps = (2 if widen else 0) + term_temps + rows  # A = float(p), B = float(y) / scratch; the expanded rows
+    workspace = (v.weight == "last_dim") + (v.pos_weight == "last_dim")
+    row = LAST_DIM_STAGE_ELEMS * elem if workspace else 0
+    scalar = (() if v.reduction == "none" else ("grad",)) + (("weight",) if v.weight == "scalar" else ())
+    name = f"bce_grad/{v.wrt}" + (f"/w_{v.weight}" if v.weight not in ("full", "none") else "")
+    name += f"/pw_{v.pos_weight}" if v.pos_weight != "none" else ""
+    return ElementwiseKernel(
+        name, v.dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps,
+        workspace_inputs=workspace, row_inputs=rows, row_len=weight_period if rows else 0,
+        row_expand_bytes=work if rows else 0,
+    )  # fmt: skip
 
 
 def _term(v: Variant, widen: bool) -> tuple[tuple[str, ...], int]:
@@ -216,7 +256,7 @@ def _term(v: Variant, widen: bool) -> tuple[tuple[str, ...], int]:
 def _seed_kernel(v: Variant) -> ElementwiseKernel:
     """The requirement's kernel: four VECIN queues and one VECOUT queue of full tiles (grad a
     16-element queue for sum/mean), weight always read, computed natively in the I/O dtype."""
-    if not v.weight or v.pos_weight != "none" or v.wrt != "logit":
+    if v.weight != "full" or v.pos_weight != "none" or v.wrt != "logit":
         raise BadRequest("the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit")
     elem = DTYPE_BYTES[v.dtype]
     none = v.reduction == "none"

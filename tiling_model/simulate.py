@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model.kernels import ElementwiseKernel
+from tiling_model.kernels import CYCLES_PER_REPEAT, ElementwiseKernel
 from tiling_model.soc import SocProfile
 
 WARMUP = 24
@@ -43,6 +43,7 @@ PRUNE_MARGIN_US = 1e-6
 PRUNE_RELATIVE = 1e-12
 SCALAR_ROWS = 6  # up to this many (tiling, core kind) rows, the pipeline runs in plain Python floats
 KINDS = ("big", "small", "last")
+DUP_CYCLES = CYCLES_PER_REPEAT["duplicate"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,18 @@ def vector_us(kernel: ElementwiseKernel, elems: np.ndarray, soc: SocProfile) -> 
     cycles = np.zeros_like(e)
     for op in kernel.ops:
         cycles += soc.vector_start_cycles + np.ceil(e * op.operand_bytes / REPEAT_BYTES) * op.cycles_per_repeat
+    if kernel.row_inputs:  # one Duplicate per row the tile touches, each over at most R elements
+        r = float(kernel.row_len)
+        dup = soc.vector_start_cycles + np.ceil(np.minimum(r, e) * kernel.row_expand_bytes / REPEAT_BYTES) * DUP_CYCLES
+        cycles += kernel.row_inputs * row_values(e, r) * dup
     return np.where(e > 0, cycles / soc.clock_mhz, 0.0)
+
+
+def row_values(elems: np.ndarray, row_len: float) -> np.ndarray:
+    """Values a tile of ``elems`` elements reads of a rows operand: the rows it touches, at most
+    ceil(elems / R) + 1 (its first row may start before it), never more than its elements."""
+    e = np.asarray(elems, dtype=float)
+    return np.where(e > 0, np.minimum(e, np.ceil(e / row_len) + 1.0), 0.0)
 
 
 def _pipeline(
@@ -216,7 +228,7 @@ def _pipeline_fixed_bn(
 
 def l2_hit(kernel: ElementwiseKernel, soc: SocProfile, n: np.ndarray, warm_l2: L2State) -> np.ndarray:
     """The share of each launch's traffic (n elements per launch) that hits L2 in the given state."""
-    footprint = kernel.streams * np.asarray(n, dtype=float) * kernel.elem_bytes
+    footprint = kernel.hbm_bytes(np.asarray(n, dtype=float))
     if isinstance(warm_l2, SteadyL2):
         return warm_l2.hit(footprint)
     if warm_l2:
@@ -231,7 +243,7 @@ class _Costs:
 
     full: tuple[np.ndarray, np.ndarray, np.ndarray]  # (M, 3) CopyIn, Compute, CopyOut of a full tile
     tail: tuple[np.ndarray, np.ndarray, np.ndarray]  # (M, 3) the same for the last tile
-    row_us: np.ndarray  # (M,) the pos_weight row copy, once per core
+    row_us: np.ndarray  # (M,) the last-dim rows' copies into the workspace, once per core
     bytes_moved: np.ndarray
     bandwidth_us: np.ndarray
     roofline_us: np.ndarray
@@ -251,17 +263,25 @@ def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarr
     active = np.maximum(k.block_dim, 1).astype(float)
     hbm = soc.hbm_gbps
     n = np.asarray(n, dtype=float)
-    streams = kernel.streams
     hit = l2_hit(kernel, soc, n, warm_l2) * np.ones(m)
     agg = 1.0 / ((1.0 - hit) / hbm + hit / soc.l2_gbps)
     agg_peak = 1.0 / ((1.0 - hit) / soc.hbm_peak_gbps + hit / soc.l2_peak_gbps)
     share = (agg / active)[:, None] * np.ones((1, 3))
+    l2_share = (soc.l2_gbps / active)[:, None] * np.ones((1, 3))
 
     def stage(elems: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         nbytes = elems * elem
-        cin = len(kernel.full_inputs) * copy_us(
-            nbytes, soc.mte2_curve_kib_us, share, k.aligned, soc.misaligned_bw_factor
-        )
+        dense = len(kernel.full_inputs) - kernel.row_inputs - kernel.workspace_inputs
+        cin = dense * copy_us(nbytes, soc.mte2_curve_kib_us, share, k.aligned, soc.misaligned_bw_factor)
+        if kernel.workspace_inputs:  # a window of the core's row in L2, at any phase: misaligned
+            cin = cin + kernel.workspace_inputs * copy_us(
+                nbytes, soc.mte2_curve_kib_us, l2_share, False, soc.misaligned_bw_factor
+            )
+        if kernel.row_inputs:  # the row values start anywhere in GM: misaligned
+            values = row_values(elems, float(kernel.row_len)) * elem
+            cin = cin + kernel.row_inputs * copy_us(
+                values, soc.mte2_curve_kib_us, share, False, soc.misaligned_bw_factor
+            )
         if kernel.scalar_queue_bytes:
             cin = cin + np.where(
                 elems > 0,
@@ -275,14 +295,16 @@ def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarr
     tile = np.repeat(k.tile_elems[:, None], 3, axis=1)
     full = stage(np.where(k.tiles > 1, tile, 0))
     tail = stage(k.tail)
-    row_us = copy_us(np.full(m, kernel.row_bytes), soc.mte2_curve_kib_us, share[:, 0], True, 1.0)
+    row_us = kernel.workspace_inputs * copy_us(
+        np.full(m, kernel.row_bytes), soc.mte2_curve_kib_us, share[:, 0], True, 1.0
+    )
 
     # byte counts in float64: streams x n x 8 B passes int64 for n above ~1e17 (exact below 2**53)
     covered = (k.cores * k.elems).sum(axis=1).astype(float)
     scalar_bytes: np.ndarray | float = float(len(kernel.scalar_inputs) * elem)
     if kernel.scalar_queue_bytes:
         scalar_bytes = (k.cores * k.tiles).sum(axis=1).astype(float) * kernel.scalar_queue_bytes
-    bytes_moved = streams * covered * elem + scalar_bytes + k.block_dim * kernel.row_bytes
+    bytes_moved = kernel.hbm_bytes(covered) + scalar_bytes + k.block_dim * (kernel.workspace_inputs * kernel.row_bytes)
     misaligned = 1.0 - (k.cores * ~k.aligned).sum(axis=1) / np.maximum(k.cores.sum(axis=1), 1) * (
         1.0 - soc.misaligned_bw_factor
     )

@@ -19,9 +19,12 @@ from typing import Any
 
 from tiling_model.errors import BadRequest, TableError
 from tiling_model.tiling import KNOB_NAMES, TilingParams
-from tiling_model.variant import Variant
+from tiling_model.variant import WEIGHT_FORMS, Variant
 
-SCHEMA_VERSION = 3
+#: 4: weight is a broadcast form ("full", "none", ...; was a boolean in 3). Version 3 files are
+#: migrated on load (true -> "full", false -> "none"); anything older is refused, naming the version.
+SCHEMA_VERSION = 4
+MIGRATABLE_VERSIONS = (3,)
 TUNED_HEADER_NAME = "bce_grad_tuned_table.h"
 PARAM_NAMES = KNOB_NAMES
 #: The variant's fields as a table file spells them, flat, before the entry's own fields.
@@ -124,7 +127,11 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
     _require(isinstance(raw, dict), where, "entry is not an object")
     expected = set(VARIANT_FIELDS) | set(ENTRY_FIELDS)
     _require(set(raw) == expected, where, f"entry keys {sorted(raw)} differ from {sorted(expected)}")
-    _require(isinstance(raw["weight"], bool), where, "weight is not a boolean")
+    _require(
+        raw["weight"] in WEIGHT_FORMS and not isinstance(raw["weight"], bool),
+        where,
+        f"weight is not one of {', '.join(WEIGHT_FORMS)}",
+    )
     try:
         variant = Variant(*(raw[k] for k in VARIANT_FIELDS))
     except BadRequest as e:
@@ -146,13 +153,31 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
     return TableEntry(variant, **{k: raw[k] for k in ENTRY_FIELDS})
 
 
+def migrate(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """A version 3 document as version 4 (a new dict; the input is left alone): weight true / false
+    becomes the form "full" / "none". Everything else is unchanged."""
+    entries = doc.get("entries")
+    _require(isinstance(entries, list), where, "entries missing or not a list")
+    out = []
+    for i, e in enumerate(entries):
+        _require(isinstance(e, dict), f"{where}: entries[{i}]", "entry is not an object")
+        w = e.get("weight")
+        _require(isinstance(w, bool), f"{where}: entries[{i}]", "weight is not a boolean (schema 3)")
+        out.append(e | {"weight": "full" if w else "none"})
+    return doc | {"schema_version": SCHEMA_VERSION, "entries": out}
+
+
 def table_from_json(doc: Any, where: str = "table") -> TuningTable:
-    """Parse and check a table document; raises TableError naming the first problem."""
+    """Parse and check a table document (version 3 is migrated first); raises TableError naming the
+    first problem."""
     _require(isinstance(doc, dict), where, "top level is not an object")
+    if doc.get("schema_version") in MIGRATABLE_VERSIONS and not isinstance(doc.get("schema_version"), bool):
+        doc = migrate(doc, where)
     _require(
         doc.get("schema_version") == SCHEMA_VERSION,
         where,
-        f"schema_version {doc.get('schema_version')!r} is not {SCHEMA_VERSION}",
+        f"schema_version {doc.get('schema_version')!r} is not {SCHEMA_VERSION} (nor a version this release "
+        f"migrates: {', '.join(map(str, MIGRATABLE_VERSIONS))}); re-run `python -m tuner sweep`",
     )
     for k in ("soc", "soc_profile_hash", "kernel_hash", "backend", "created"):
         _require(isinstance(doc.get(k), str) and doc[k], where, f"{k} missing or not a string")

@@ -21,7 +21,7 @@ from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype, Redu
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, SCHEMES, ElementwiseKernel, Scheme, bce_grad_kernel
 from tiling_model.soc import SocProfile, load_soc
-from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS, Variant
+from tiling_model.variant import BROADCAST_FORMS, WRT_FORMS, Variant
 
 INT64_MAX = 2**63 - 1
 #: The seed's block granularity and its UB share count (ubDataNumber: 5 tensors).
@@ -68,7 +68,7 @@ class TilingFields:
     """The kernel's tiling struct, field for field and in order (all int64).
 
     Mirrors ``kernel/op_kernel/bce_grad_tiling_data.h``; a test checks the two agree.
-    The first ten fields are the requirement's, the last six are bcetune's additions.
+    The first ten fields are the requirement's, the last seven are bcetune's additions.
     """
 
     totalLength: int
@@ -87,6 +87,7 @@ class TilingFields:
     scaleBits: int  # IEEE-754 float32 bits of the grad scale: 1/N for mean, 1.0 otherwise
     posWeightClasses: int  # C of a last-dim pos_weight ([C]), else 0
     tilingKey: int = 0  # the variant key the kernel dispatches on (see ``tiling_key``)
+    weightPeriod: int = 0  # a broadcast weight's P (last_dim: its row repeats every P) or R (rows), else 0
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -117,12 +118,17 @@ class TilingData:
 
     @property
     def workspace_bytes(self) -> int:
-        """GM workspace the kernel needs: a last-dim pos_weight's periodic row, per core."""
-        if self.variant.pos_weight != "last_dim" or self.block_dim == 0:
+        """GM workspace the kernel needs: per core, the periodic row of each last-dim operand
+        (pos_weight's first, then the weight's), none for an empty tensor."""
+        if self.block_dim == 0:
             return 0
         f = self.fields
-        elems = f.tileDataNum + 2 * f.posWeightClasses + LAST_DIM_SUPER_ELEMS
-        return -(-elems * self.elem_bytes // 32) * 32 * self.block_dim
+        per_core = 0
+        if self.variant.pos_weight == "last_dim":
+            per_core += last_dim_row_bytes(f.tileDataNum, f.posWeightClasses, self.elem_bytes)
+        if self.variant.weight == "last_dim":
+            per_core += last_dim_row_bytes(f.tileDataNum, f.weightPeriod, self.elem_bytes)
+        return per_core * self.block_dim
 
     def field_dict(self) -> dict[str, int]:
         return {f.name: getattr(self.fields, f.name) for f in fields(self.fields)}  # in struct order
@@ -133,6 +139,12 @@ class TilingData:
         return struct.pack(f"<{len(values)}q", *values)
 
 
+def last_dim_row_bytes(tile_elems: int, period: int, elem: int) -> int:
+    """One core's workspace for a last-dim operand of period P: its periodic row, P-phase k < tile + 2P +
+    the UB replication width, rounded up to 32 B (kernel: stride of the region)."""
+    return -(-(tile_elems + 2 * period + LAST_DIM_SUPER_ELEMS) * elem // 32) * 32
+
+
 def astuple_fields(f: TilingFields) -> tuple[int, ...]:
     return tuple(getattr(f, name) for name in TilingFields.names())
 
@@ -140,13 +152,15 @@ def astuple_fields(f: TilingFields) -> tuple[int, ...]:
 def tiling_key(variant: Variant, buffer_num: int) -> int:
     """Decimal-digit key the kernel dispatches on (it travels in the struct; CANN's own tiling key is 0).
 
-    ones: schMode (0 none, 1 sum/mean, as the seed); tens: dtype id; hundreds: weight
-    present; thousands: BUFFER_NUM (a template parameter of the kernel class); ten-thousands:
-    pos_weight (0 none, 1 full, 2 last_dim); hundred-thousands: wrt (0 logit, 1 probability).
+    ones: schMode (0 none, 1 sum/mean, as the seed); tens: dtype id; hundreds: weight form
+    (0 none, 1 full, 2 last_dim, 3 rows, 4 scalar); thousands: BUFFER_NUM (a template parameter of
+    the kernel class); ten-thousands: pos_weight (the same digits); hundred-thousands: wrt (0 logit,
+    1 probability).
     """
     sch_mode = 0 if variant.reduction == "none" else 1
-    forms = 10000 * POS_WEIGHT_FORMS.index(variant.pos_weight) + 100000 * WRT_FORMS.index(variant.wrt)
-    return sch_mode + 10 * DTYPE_ID[variant.dtype] + 100 * int(variant.weight) + 1000 * buffer_num + forms
+    forms = 10000 * BROADCAST_FORMS.index(variant.pos_weight) + 100000 * WRT_FORMS.index(variant.wrt)
+    weight = 100 * BROADCAST_FORMS.index(variant.weight)
+    return sch_mode + 10 * DTYPE_ID[variant.dtype] + weight + 1000 * buffer_num + forms
 
 
 def element_count(shape: Sequence[int]) -> int:
@@ -246,11 +260,13 @@ def compute_tiling(
     params: TilingParams | None = None,
     soc: str | SocProfile = "Ascend910B2",
     scheme: Scheme = "exact",
+    weight_period: int | None = None,
 ) -> TilingData:
     """Compute the host tiling of one BinaryCrossEntropyGrad call.
 
     Raises TilingError / UnsupportedError (both BadRequest) on input no tiling can express. A
-    last-dim pos_weight has shape [C] with C the last dim of ``shape``.
+    last-dim pos_weight has shape [C] with C the last dim of ``shape``; a last-dim or rows weight has
+    period ``weight_period`` (default: the last dim, as for a [C] or [..., 1] weight).
     """
     if scheme not in SCHEMES:
         raise TilingError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
@@ -258,11 +274,28 @@ def compute_tiling(
     classes = shape[-1] if variant.pos_weight == "last_dim" and len(shape) else 0
     if variant.pos_weight == "last_dim" and classes < 1 and n:
         raise TilingError("pos_weight='last_dim' needs a last dim >= 1")
+    period = weight_period_of(variant, shape, weight_period)
     try:
-        kernel = bce_grad_kernel(variant, scheme, max(classes, 1))
+        kernel = bce_grad_kernel(variant, scheme, max(classes, 1), max(period, 1) if period or not n else 0)
     except BadRequest as e:
         raise TilingError(str(e)) from None
-    return tile_kernel(kernel, shape, params, soc, scheme, variant, classes)
+    t = tile_kernel(kernel, shape, params, soc, scheme, variant, classes)
+    return replace(t, fields=replace(t.fields, weightPeriod=period)) if period else t
+
+
+def weight_period_of(variant: Variant, shape: Sequence[int], weight_period: int | None) -> int:
+    """The weight's period for the struct: P of last_dim, R of rows (given, else the last dim), else 0."""
+    if variant.weight not in ("last_dim", "rows"):
+        return 0
+    period = weight_period if weight_period is not None else (int(shape[-1]) if len(shape) else 1)
+    if isinstance(period, bool) or not isinstance(period, int) or period < 0:
+        raise TilingError(f"weight_period must be a non-negative integer, got {period!r}", "weight")
+    n = element_count(shape)
+    if n and (period < 1 or n % period):
+        raise TilingError(
+            f"a {variant.weight} weight's period {period} must be >= 1 and divide the {n} elements", "weight"
+        )
+    return period
 
 
 def tile_kernel(

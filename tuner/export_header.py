@@ -4,12 +4,14 @@ It writes ``kernel/op_host/bce_grad_tuned_table.h``: data only (the logic that r
 hand-written ``bce_grad_tuned_tiling.h``), indexed for the TilingFunc: per SoC and variant a range
 of entries in size order (a binary search over the variant keys, then over the bucket limits), and
 what the re-fit at an unseen size needs: each SoC's cost-model numbers (from its profile) and each
-tuned variant's kernel description (from ``tiling_model.kernels``), doubles written exactly.
+variant's kernel description (from ``tiling_model.kernels``), doubles written exactly. The weight
+forms the sweep does not tune (last_dim, rows, scalar) get ranges too: the ``full`` weight's entries,
+marked ``seeded`` (always re-fitted with their own kernel, as the service does).
 """
 
 from __future__ import annotations
 
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from pathlib import Path
 
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
@@ -18,7 +20,7 @@ from tiling_model.simulate import _curve
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.space import BLOCK_CHOICES
 from tiling_model.tables import TUNED_HEADER_NAME, TuningTable, load_table
-from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS, Variant
+from tiling_model.variant import BROADCAST_FORMS, TUNED_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Variant
 
 HEADER_PATH = Path(__file__).resolve().parent.parent / "kernel" / "op_host" / TUNED_HEADER_NAME
 
@@ -47,6 +49,7 @@ struct VariantRange {{
     int64_t first;
     int64_t count;
     int64_t kernel;  // index into kKernels
+    int64_t seeded;  // 1: an untuned weight form served from the full weight's entries, always re-fitted
 }};
 
 struct Entry {{
@@ -103,8 +106,17 @@ def _soc_model(i: int, soc: SocProfile) -> tuple[list[str], str]:
 
 
 def _variant_key(v: Variant) -> tuple[int, ...]:
-    return (DTYPE_ID[v.dtype], REDUCTION_ID[v.reduction], int(v.weight), POS_WEIGHT_FORMS.index(v.pos_weight),
-            WRT_FORMS.index(v.wrt))  # fmt: skip
+    return (DTYPE_ID[v.dtype], REDUCTION_ID[v.reduction], BROADCAST_FORMS.index(v.weight),
+            BROADCAST_FORMS.index(v.pos_weight), WRT_FORMS.index(v.wrt))  # fmt: skip
+
+
+def _range_row(
+    si: int, key: tuple[int, ...], first: int, count: int, kernel: int, seeded: int, soc: str, v: Variant
+) -> str:
+    return (
+        f"    {{{si}, {', '.join(map(str, key))}, {first}, {count}, {kernel}, {seeded}}},"
+        f"  // {soc} {'/'.join(str(x) for x in astuple(v))}"
+    )
 
 
 def render(tables: list[TuningTable]) -> str:
@@ -124,31 +136,46 @@ def render(tables: list[TuningTable]) -> str:
     kernel_rows: list[str] = []
     ranges: list[str] = []
     entries: list[str] = []
+
+    def kernel_index(v: Variant) -> int:
+        # UB use and time depend on neither C nor a last-dim P; a rows R is set per call (WithRowLen)
+        kernel = replace(bce_grad_kernel(v, "exact", 1, 1), row_len=0)
+        if kernel not in kernels:
+            kernels[kernel] = len(kernels)
+            first_op = len(ops)
+            ops.extend(f"{{{_f(op.operand_bytes)}, {_f(op.cycles_per_repeat)}}}" for op in kernel.ops)
+            kernel_rows.append(
+                f"    {{{kernel.elem_bytes}, {len(kernel.full_inputs)}, {len(kernel.outputs)}, "
+                f"{len(kernel.scalar_inputs)}, {kernel.row_bytes}, kOps + {first_op}, {len(kernel.ops)}, "
+                f"{kernel.workspace_inputs}, {kernel.row_inputs}, 0, {kernel.row_expand_bytes}}},"
+                f"  // {kernel.name} {kernel.dtype} {'/'.join(kernel.full_inputs)}"
+            )
+        return kernels[kernel]
+
     for si, t in enumerate(tables):
         groups: dict[tuple[int, ...], list[tuple[Variant, int, int | None, dict[str, int]]]] = {}
         for e, limit in t.bucket_limits():
             groups.setdefault(_variant_key(e.variant), []).append((e.variant, e.size, limit, e.params))
+        soc_ranges: list[tuple[tuple[int, ...], str]] = []
         for key in sorted(groups):
             rows = sorted(groups[key], key=lambda r: r[1])
-            kernel = bce_grad_kernel(rows[0][0], "exact", 1)  # UB use and time do not depend on C
-            if kernel not in kernels:
-                kernels[kernel] = len(kernels)
-                first_op = len(ops)
-                ops += [f"{{{_f(op.operand_bytes)}, {_f(op.cycles_per_repeat)}}}" for op in kernel.ops]
-                kernel_rows.append(
-                    f"    {{{kernel.elem_bytes}, {len(kernel.full_inputs)}, {len(kernel.outputs)}, "
-                    f"{len(kernel.scalar_inputs)}, {kernel.row_bytes}, kOps + {first_op}, {len(kernel.ops)}}},"
-                    f"  // {kernel.name} {kernel.dtype} {'/'.join(kernel.full_inputs)}"
-                )
-            ranges.append(
-                f"    {{{si}, {', '.join(map(str, key))}, {len(entries)}, {len(rows)}, {kernels[kernel]}}},"
-                f"  // {t.soc} {'/'.join(str(x) for x in astuple(rows[0][0]))}"
-            )
+            variant = rows[0][0]
+            first = len(entries)
+            soc_ranges.append((key, _range_row(si, key, first, len(rows), kernel_index(variant), 0, t.soc, variant)))
             for _, size, limit, p in rows:
                 entries.append(
                     f"    {{{size}, {limit or 0}, {p['block_bytes']}, {p['buffer_num']}, {p['tile_bytes']}, "
                     f"{p['core_num']}}},"
                 )
+            if variant.weight != "full":
+                continue
+            for form in WEIGHT_FORMS:  # the untuned forms: this entry range, re-fitted with their own kernel
+                if form in TUNED_WEIGHT_FORMS:
+                    continue
+                v = replace(variant, weight=form)
+                k = _variant_key(v)
+                soc_ranges.append((k, _range_row(si, k, first, len(rows), kernel_index(v), 1, t.soc, v)))
+        ranges += [row for _, row in sorted(soc_ranges)]
     body = [
         "/** The block sizes the re-fit chooses among (tiling_model.space.BLOCK_CHOICES), largest first. */",
         f"inline constexpr int64_t kBlockChoices[] = {{{', '.join(map(str, sorted(BLOCK_CHOICES, reverse=True)))}}};",
@@ -165,7 +192,7 @@ def render(tables: list[TuningTable]) -> str:
         *("    " + ", ".join(ops[i : i + 6]) + "," for i in range(0, len(ops), 6)),
         "};",
         "",
-        "/** The exact-scheme kernel of each tuned variant (tiling_model.kernels.bce_grad_kernel). */",
+        "/** The exact-scheme kernel of each variant (tiling_model.kernels.bce_grad_kernel; rowLen set per call). */",
         "inline constexpr cost::KernelModel kKernels[] = {",
         *kernel_rows,
         "};",

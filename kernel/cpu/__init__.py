@@ -31,6 +31,7 @@ import numpy as np
 
 from tiling_model import BadRequest, BuildError, TilingData, TilingParams, Variant, compute_tiling, load_soc
 from tiling_model import KernelFault as _KernelFault
+from tiling_model.variant import Broadcast, broadcast_of
 
 DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype(np.float32),
@@ -254,8 +255,9 @@ def _check_inputs(
     weight: np.ndarray | None,
     pos_weight: np.ndarray | None,
     reduction: str,
-) -> tuple[str, str]:
-    """Validate shapes and dtypes as the operator defines them; returns (dtype, pos_weight form)."""
+) -> tuple[str, Broadcast, Broadcast]:
+    """Validate shapes and dtypes as the operator defines them; returns (dtype, weight's and
+    pos_weight's broadcast forms: any shape PyTorch broadcasts, see tiling_model.broadcast_of)."""
     dtype = dtype_name(p)
     for name, a in (("y", y), ("grad", grad), ("weight", weight), ("pos_weight", pos_weight)):
         if a is not None and a.dtype != p.dtype:
@@ -267,20 +269,15 @@ def _check_inputs(
             raise BadRequest(f"reduction='none' needs grad of the input's shape {p.shape}, got {grad.shape}")
     elif grad.size != 1:
         raise BadRequest(f"reduction={reduction!r} takes one scalar grad, got shape {grad.shape}")
-    if weight is not None and weight.shape != p.shape:
-        raise BadRequest(f"weight shape {weight.shape} differs from logits shape {p.shape}")
-    form = "none"
-    if pos_weight is not None:
-        if pos_weight.shape == p.shape:
-            form = "full"
-        elif p.ndim >= 1 and pos_weight.shape == (p.shape[-1],):
-            form = "last_dim"
-        else:
-            last = p.shape[-1] if p.ndim else "?"
-            raise BadRequest(
-                f"pos_weight shape {pos_weight.shape} is neither the input's shape {p.shape} nor ({last},)"
-            )
-    return dtype, form
+    w = broadcast_of("weight", None if weight is None else weight.shape, p.shape)
+    pw = broadcast_of("pos_weight", None if pos_weight is None else pos_weight.shape, p.shape)
+    last = p.shape[-1] if p.ndim else 1
+    if pw.form not in ("none", "full", "last_dim") or (pw.form == "last_dim" and pw.period != last):
+        raise BadRequest(
+            f"pos_weight shape {pos_weight.shape if pos_weight is not None else None} is neither the input's "
+            f"shape {p.shape} nor ({last},): the kernel reads pos_weight full or along the last dim"
+        )
+    return dtype, w, pw
 
 
 def bce_grad(
@@ -308,11 +305,11 @@ def bce_grad(
     g, p, y = np.ascontiguousarray(grad), np.ascontiguousarray(p), np.ascontiguousarray(y)
     w = None if weight is None else np.ascontiguousarray(weight)
     pw = None if pos_weight is None else np.ascontiguousarray(pos_weight)
-    dtype, form = _check_inputs(g, p, y, w, pw, reduction)
+    dtype, w_form, pw_form = _check_inputs(g, p, y, w, pw, reduction)
     # the kernel's GM tensors keep the requirement's names (see kernel/__init__.py)
     arrays: dict[str, np.ndarray | None] = {"grad": g, "logits": p, "labels": y, "weight": w, "pos_weight": pw}
-    variant = Variant(dtype, reduction, weight is not None, form, wrt)  # type: ignore[arg-type]
-    tiling = compute_tiling(list(p.shape), variant, params, soc, scheme)  # type: ignore[arg-type]
+    variant = Variant(dtype, reduction, w_form.form, pw_form.form, wrt)  # type: ignore[arg-type]
+    tiling = compute_tiling(list(p.shape), variant, params, soc, scheme, w_form.period)  # type: ignore[arg-type]
     out = np.zeros(p.shape, dtype=p.dtype)
     run_tiling(tiling, arrays, out, cores=cores, flow=flow)
     return out

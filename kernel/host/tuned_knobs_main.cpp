@@ -1,8 +1,8 @@
 // What the CANN build does for a call, one call per input line (kernel/host_tiling.py builds and runs
 // this; the parity test and `make bench-regret` compare it with the service).
-// Input:  soc dtype reduction weight pos_weight wrt n ub_bytes ub_reserve aiv_cores
+// Input:  soc dtype reduction weight_form pos_weight wrt n weight_period ub_bytes ub_reserve aiv_cores
 // Output: "hit <tuned size>" or "miss", the knobs the build uses ("block bn tile cores"; 0 = the
-//         scheme's default), "refit" or "table", then TunedTiling's 15 struct fields and block_dim
+//         scheme's default), "refit" or "table", then TunedTiling's 17 struct fields and block_dim
 //         ("err" if the tiling is refused). TunedKnobs is called directly, TunedTiling through the
 //         process's knob cache: equal fields say the cache returns what it stored.
 #include <cstdio>
@@ -11,13 +11,14 @@
 
 int main() {
     char soc[64];
-    long long dtype, red, weight, pw, wrt, n, ub, reserve, aiv;
-    while (std::scanf("%63s %lld %lld %lld %lld %lld %lld %lld %lld %lld", soc, &dtype, &red, &weight, &pw, &wrt, &n,
-                      &ub, &reserve, &aiv) == 10) {
+    long long dtype, red, weight, pw, wrt, n, period, ub, reserve, aiv;
+    while (std::scanf("%63s %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", soc, &dtype, &red, &weight, &pw, &wrt,
+                      &n, &period, &ub, &reserve, &aiv) == 11) {
         bce_grad::Variant v;
         v.dtype = static_cast<bce_grad::Dtype>(dtype);
         v.reduction = static_cast<bce_grad::Reduction>(red);
-        v.weight = weight != 0;
+        v.weight = static_cast<bce_grad::Form>(weight);
+        v.weightPeriod = period;
         v.posWeight = static_cast<bce_grad::PosWeight>(pw);
         v.wrt = static_cast<bce_grad::Wrt>(wrt);
         v.classes = v.posWeight == bce_grad::PosWeight::LastDim ? n : 0;  // shape [n]: the last dim is n

@@ -71,11 +71,24 @@ struct KernelModel {
     int64_t fullInputs;    // streams read element by element
     int64_t outputs;       // streams written element by element
     int64_t scalarInputs;  // values read once per launch (the grad of sum/mean)
-    int64_t rowBytes;      // per-core staging copy (the last-dim pos_weight row)
+    int64_t rowBytes;      // per-core staging copy of a last-dim row
     const VectorOp* ops;
     int opCount;
+    int64_t workspaceInputs;  // of fullInputs: last-dim operands read from the core's workspace (L2)
+    int64_t rowInputs;        // of fullInputs: rows operands (a few values per tile, expanded in UB)
+    int64_t rowLen;           // R of the rows operand (set per call: WithRowLen)
+    int64_t rowExpandBytes;   // bytes per expanded element
     int64_t Streams() const { return fullInputs + outputs; }
+    int64_t HbmStreams() const { return Streams() - workspaceInputs - rowInputs; }
 };
+
+/** The kernel with a rows operand of R elements per value (a per-call number, like n). */
+inline KernelModel WithRowLen(KernelModel k, int64_t rowLen) {
+    if (k.rowInputs > 0) k.rowLen = rowLen;
+    return k;
+}
+
+constexpr double kDupCycles = 1.0;  // Duplicate, cycles per 256-B repeat (kernels.CYCLES_PER_REPEAT)
 
 /** The three kinds of core of an exact tiling (big, small, last): simulate.kinds_exact. */
 struct Kinds {
@@ -154,12 +167,25 @@ inline double CopyUs(double nbytes, const Curve& c, double share, bool aligned, 
     return t;
 }
 
+/** The values of a rows operand one tile reads (simulate.row_values). */
+inline double RowValues(double elems, double rowLen) {
+    if (elems <= 0) return 0.0;
+    return std::min(elems, std::ceil(elems / rowLen) + 1.0);
+}
+
 inline double VectorUs(double elems, const KernelModel& k, const SocModel& s) {
     if (elems <= 0) return 0.0;
     double cycles = 0.0;
     for (int i = 0; i < k.opCount; ++i) {
         cycles += s.vectorStartCycles +
                   std::ceil(elems * k.ops[i].operandBytes / static_cast<double>(kRepeatBytes)) * k.ops[i].cyclesPerRepeat;
+    }
+    if (k.rowInputs > 0) {  // one Duplicate per row the tile touches
+        const double r = static_cast<double>(k.rowLen);
+        const double dup = s.vectorStartCycles +
+                           std::ceil(std::min(r, elems) * static_cast<double>(k.rowExpandBytes) /
+                                     static_cast<double>(kRepeatBytes)) * kDupCycles;
+        cycles += static_cast<double>(k.rowInputs) * RowValues(elems, r) * dup;
     }
     return cycles / s.clockMhz;
 }
@@ -168,10 +194,20 @@ struct Stage {
     double in, vec, out;  // CopyIn, Compute, CopyOut of one tile
 };
 
-inline Stage StageOf(double elems, const KernelModel& k, const SocModel& s, double share, bool aligned, double vec) {
+inline Stage StageOf(double elems, const KernelModel& k, const SocModel& s, double share, bool aligned, double vec,
+                     double l2Share) {
     const double nbytes = elems * static_cast<double>(k.elemBytes);
     Stage st;
-    st.in = static_cast<double>(k.fullInputs) * CopyUs(nbytes, s.mte2, share, aligned, s.misalignedFactor);
+    st.in = static_cast<double>(k.fullInputs - k.rowInputs - k.workspaceInputs) *
+            CopyUs(nbytes, s.mte2, share, aligned, s.misalignedFactor);
+    if (k.workspaceInputs > 0) {  // a window of the core's row in L2, at any phase: misaligned
+        st.in = st.in + static_cast<double>(k.workspaceInputs) *
+                            CopyUs(nbytes, s.mte2, l2Share, false, s.misalignedFactor);
+    }
+    if (k.rowInputs > 0) {  // the row values start anywhere in GM: misaligned
+        const double values = RowValues(elems, static_cast<double>(k.rowLen)) * static_cast<double>(k.elemBytes);
+        st.in = st.in + static_cast<double>(k.rowInputs) * CopyUs(values, s.mte2, share, false, s.misalignedFactor);
+    }
     st.vec = vec < 0 ? VectorUs(elems, k, s) : vec;
     st.out = static_cast<double>(k.outputs) * CopyUs(nbytes, s.mte3, share, aligned, s.misalignedFactor);
     return st;
@@ -237,8 +273,9 @@ inline double TrafficUs(const Kinds& kd, const KernelModel& k, const SocModel& s
         if (!kd.aligned[i]) misCores += static_cast<double>(kd.counts[i]);
     }
     const double scalarBytes = static_cast<double>(k.scalarInputs * k.elemBytes);
-    const double bytes = static_cast<double>(k.Streams()) * covered * elem + scalarBytes +
-                         static_cast<double>(kd.cores * k.rowBytes);
+    const double rows = k.rowInputs > 0 ? static_cast<double>(k.rowInputs) * (covered / static_cast<double>(k.rowLen)) : 0.0;
+    const double bytes = (static_cast<double>(k.HbmStreams()) * covered + rows) * elem + scalarBytes +
+                         static_cast<double>(kd.cores * (k.workspaceInputs * k.rowBytes));
     const double misaligned = 1.0 - misCores / std::max(csum, 1.0) * (1.0 - s.misalignedFactor);
     return bytes / (agg * 1e3 * misaligned);
 }
@@ -258,7 +295,8 @@ inline Prediction Evaluate(const Kinds& kd, int64_t te, int64_t bn, const Kernel
     const double active = static_cast<double>(std::max<int64_t>(kd.cores, 1));
     const double agg = 1.0 / ((1.0 - 0.0) / s.hbmGbps + 0.0 / s.l2Gbps);
     const double share = agg / active;
-    const double rowUs = CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0);
+    const double l2Share = s.l2Gbps / active;
+    const double rowUs = static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0);
     double coreUs = 0.0, lowerCore = 0.0, upperCore = 0.0;
     int slowest = -1;
     bool single = true;
@@ -272,14 +310,14 @@ inline Prediction Evaluate(const Kinds& kd, int64_t te, int64_t bn, const Kernel
         Stage f;
         if (nt > 1) {
             if (fullFor != static_cast<int>(kd.aligned[i])) {
-                full = StageOf(static_cast<double>(te), k, s, share, kd.aligned[i], fullVec);
+                full = StageOf(static_cast<double>(te), k, s, share, kd.aligned[i], fullVec, l2Share);
                 fullFor = static_cast<int>(kd.aligned[i]);
             }
             f = full;
         } else {
-            f = StageOf(0.0, k, s, share, kd.aligned[i], 0.0);
+            f = StageOf(0.0, k, s, share, kd.aligned[i], 0.0, l2Share);
         }
-        const Stage t = StageOf(static_cast<double>(kd.tail[i]), k, s, share, kd.aligned[i], -1.0);
+        const Stage t = StageOf(static_cast<double>(kd.tail[i]), k, s, share, kd.aligned[i], -1.0, l2Share);
         const int64_t nfull = nt - 1;
         const double nf = static_cast<double>(nfull);
         const double a1 = nt <= 1 ? t.in : f.in;
@@ -365,10 +403,13 @@ public:
         const double perByte = 1.0 / (share * 1e3);
         const double elem = static_cast<double>(k.elemBytes);
         fin_ = static_cast<double>(k.fullInputs) * s.mte2.fixed;
-        pin_ = static_cast<double>(k.fullInputs) * elem * perByte;
+        // the rows' few values: not bounded; the workspace windows at the L2 share
+        pin_ = static_cast<double>(k.fullInputs - k.rowInputs - k.workspaceInputs) * elem * perByte +
+               static_cast<double>(k.workspaceInputs) * elem / (s.l2Gbps / static_cast<double>(kd.cores) * 1e3);
         fout_ = static_cast<double>(k.outputs) * s.mte3.fixed;
         pout_ = static_cast<double>(k.outputs) * elem * perByte;
-        base_ = s.launchUs + s.coreStartUs + CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0);
+        base_ = s.launchUs + s.coreStartUs +
+                static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0);
         for (int i = 0; i < 3; ++i) {
             if (kd.counts[i] > 0 && kd.elems[i] > 0) elems_[kinds_++] = kd.elems[i];
         }
@@ -470,7 +511,8 @@ inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t 
     const int64_t elem = k.elemBytes;
     const double agg = ColdAggregate(s);
     const CoreBound::VectorFloor vecFloor(k, s);
-    const double fixedBytes = static_cast<double>(k.Streams()) * static_cast<double>(n) * static_cast<double>(elem) +
+    const double rows = k.rowInputs > 0 ? static_cast<double>(k.rowInputs) * (static_cast<double>(n) / static_cast<double>(k.rowLen)) : 0.0;
+    const double fixedBytes = (static_cast<double>(k.HbmStreams()) * static_cast<double>(n) + rows) * static_cast<double>(elem) +
                               static_cast<double>(k.scalarInputs * k.elemBytes);
     int64_t coresMax[kMaxBlocks];
     int64_t topCores = 0;
@@ -481,7 +523,7 @@ inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t 
     auto order = [&](int32_t pair) { return (topCores - pair / kMaxBlocks) * kMaxBlocks + pair % kMaxBlocks; };
     int64_t nAlive = 0;
     for (int64_t c = topCores; c >= 1; --c) {
-        const double floor = s.launchUs + (fixedBytes + static_cast<double>(c * k.rowBytes)) / (agg * 1e3);
+        const double floor = s.launchUs + (fixedBytes + static_cast<double>(c * (k.workspaceInputs * k.rowBytes))) / (agg * 1e3);
         for (int b = 0; b < nBlocks; ++b) {
             w.known[b][c] = false;
             if (c > coresMax[b]) continue;

@@ -70,15 +70,24 @@ bool ReadVariant(gert::TilingContext* context, const gert::Shape& shape, bce_gra
     if (gradElems != (v->reduction == bce_grad::Reduction::None ? n : 1)) {
         return false;  // none: grad has the input's shape; sum/mean: one scalar
     }
+    const int64_t dims = static_cast<int64_t>(shape.GetDimNum());
+    const char* err = nullptr;
     const gert::StorageShape* weight = context->GetOptionalInputShape(kWeight);
-    v->weight = weight != nullptr;
-    if (v->weight && weight->GetStorageShape().GetShapeSize() != n) {
-        return false;  // weight is read element by element at the input's shape
+    int64_t inDims[gert::Shape::kMaxDimNum] = {};
+    int64_t wDims[gert::Shape::kMaxDimNum] = {};
+    for (size_t d = 0; d < shape.GetDimNum(); ++d) inDims[d] = shape.GetDim(d);
+    int64_t wRank = 0;
+    if (weight != nullptr) {
+        const gert::Shape& ws = weight->GetStorageShape();
+        wRank = static_cast<int64_t>(ws.GetDimNum());
+        for (size_t d = 0; d < ws.GetDimNum(); ++d) wDims[d] = ws.GetDim(d);
+    }
+    // any shape broadcastable to the input: full, last_dim, rows or scalar (else refused)
+    if (bce_grad::WeightFromShape(weight != nullptr, wDims, wRank, inDims, dims, v, &err) != bce_grad::Status::Ok) {
+        return false;
     }
     const gert::StorageShape* pw = context->GetOptionalInputShape(kPosWeight);
-    const int64_t dims = static_cast<int64_t>(shape.GetDimNum());
     const int64_t last = dims > 0 ? shape.GetDim(shape.GetDimNum() - 1) : 1;
-    const char* err = nullptr;
     if (pw == nullptr) {
         return bce_grad::PosWeightFromShape(false, false, 0, 0, dims, last, v, &err) == bce_grad::Status::Ok;
     }

@@ -17,7 +17,9 @@ namespace bce_grad {
 
 enum class Dtype : int64_t { Float32 = 0, Float16 = 1, BFloat16 = 2, Int32 = 3, Int16 = 4 };
 enum class Reduction : int64_t { None = 0, Sum = 1, Mean = 2 };
-enum class PosWeight : int64_t { None = 0, Full = 1, LastDim = 2 };
+/** A broadcast operand's form (tiling_model.variant.BROADCAST_FORMS; its digit in the tiling key). */
+enum class Form : int64_t { None = 0, Full = 1, LastDim = 2, Rows = 3, Scalar = 4 };
+using PosWeight = Form;  // pos_weight takes None, Full and LastDim
 enum class Wrt : int64_t { Logit = 0, Probability = 1 };
 enum class Scheme { Seed, Exact };
 enum class Status { Ok, BadParam, Unsupported };
@@ -58,11 +60,14 @@ constexpr uint64_t kFrameworkTilingKey = 0;
 struct Variant {
     Dtype dtype = Dtype::Float32;
     Reduction reduction = Reduction::None;
-    bool weight = true;
+    Form weight = Form::Full;
     PosWeight posWeight = PosWeight::None;
     Wrt wrt = Wrt::Logit;
-    int64_t classes = 0;  // C of a last-dim pos_weight
+    int64_t classes = 0;       // C of a last-dim pos_weight
+    int64_t weightPeriod = 0;  // P of a last-dim weight, R of a rows weight
 };
+
+inline bool WeightTile(Form f) { return f == Form::Full || f == Form::LastDim || f == Form::Rows; }
 
 struct Knobs {  // 0 means "the scheme's default"
     int64_t blockBytes = 0;
@@ -131,7 +136,7 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
         return Status::Unsupported;
     }
     if (scheme == Scheme::Seed) {
-        if (!v.weight || v.posWeight != PosWeight::None || v.wrt != Wrt::Logit) {
+        if (v.weight != Form::Full || v.posWeight != PosWeight::None || v.wrt != Wrt::Logit) {
             *err = "the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit";
             return Status::Unsupported;
         }
@@ -149,7 +154,11 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
     }
     bool widen = IsFloat(v.dtype) && elem == 2;
     int64_t work = widen ? 4 : elem;
-    int64_t inputs = (v.reduction == Reduction::None ? 1 : 0) + 2 + (v.weight ? 1 : 0) +
+    if (v.posWeight == PosWeight::Rows || v.posWeight == PosWeight::Scalar) {
+        *err = "pos_weight is read full or along the last dim";
+        return Status::Unsupported;
+    }
+    int64_t inputs = (v.reduction == Reduction::None ? 1 : 0) + 2 + (WeightTile(v.weight) ? 1 : 0) +
                      (v.posWeight != PosWeight::None ? 1 : 0);
     int64_t temps = widen ? 2 : 0;  // A = float(p), B = float(y)
     if (v.posWeight != PosWeight::None) {
@@ -157,7 +166,9 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
     } else if (v.wrt == Wrt::Probability) {
         temps += 1;  // C = max(p*(1-p), 1e-12)
     }
-    int64_t row = v.posWeight == PosWeight::LastDim ? kLastDimStageElems * elem : 0;
+    temps += v.weight == Form::Rows ? 1 : 0;  // the row values expanded
+    bool lastDim = v.posWeight == PosWeight::LastDim || v.weight == Form::LastDim;
+    int64_t row = lastDim ? kLastDimStageElems * elem : 0;  // one staging buffer for both rows
     *plan = {inputs, 1, elem, temps * work, 0, row, temps};
     return Status::Ok;
 }
@@ -184,20 +195,98 @@ inline Status PosWeightFromShape(bool present, bool sameShape, int64_t pwDims, i
     return Status::BadParam;
 }
 
-/** GM workspace of a last-dim pos_weight: each core's periodic row pw[k % C], k < tile + 2C + 256. */
+/**
+ * The weight's form from the shapes of a call, as PyTorch broadcasts (tiling_model.broadcast_of): dims
+ * aligned from the right, a 1 stretches; none stretched is Full, all Scalar, the leading stretched and
+ * the trailing kept LastDim (P = the kept dims' product), the leading kept and the trailing stretched
+ * Rows (R = the stretched dims' product). Anything else is refused.
+ */
+inline Status WeightFromShape(bool present, const int64_t* wDims, int64_t wRank, const int64_t* inDims,
+                              int64_t inRank, Variant* v, const char** err) {
+    v->weight = Form::None;
+    v->weightPeriod = 0;
+    if (!present) return Status::Ok;
+    int64_t skip = wRank > inRank ? wRank - inRank : 0;
+    for (int64_t i = 0; i < skip; ++i) {
+        if (wDims[i] != 1) {
+            *err = "weight has more dims than the input";
+            return Status::BadParam;
+        }
+    }
+    // per input dim: 0 kept, 1 stretched, -1 either (a dim of 1)
+    int64_t marks[64];
+    if (inRank > 64) {
+        *err = "the input has more than 64 dims";
+        return Status::BadParam;
+    }
+    int64_t firstKept = -1, firstStretched = -1, lastKept = -1, lastStretched = -1;
+    for (int64_t d = 0; d < inRank; ++d) {
+        int64_t wi = d - (inRank - (wRank - skip));
+        int64_t w = wi >= 0 ? wDims[skip + wi] : 1;
+        int64_t in = inDims[d];
+        if (w == in) {
+            marks[d] = in == 1 ? -1 : 0;
+        } else if (w == 1) {
+            marks[d] = 1;
+        } else {
+            *err = "weight does not broadcast to the input's shape";
+            return Status::BadParam;
+        }
+        if (marks[d] == 0) {
+            if (firstKept < 0) firstKept = d;
+            lastKept = d;
+        } else if (marks[d] == 1) {
+            if (firstStretched < 0) firstStretched = d;
+            lastStretched = d;
+        }
+    }
+    if (firstStretched < 0) {
+        v->weight = Form::Full;
+        return Status::Ok;
+    }
+    if (firstKept < 0) {
+        v->weight = Form::Scalar;
+        return Status::Ok;
+    }
+    int64_t period = 1;
+    if (lastStretched < firstKept) {
+        for (int64_t d = 0; d < inRank; ++d) period *= marks[d] == 0 ? inDims[d] : 1;
+        v->weight = Form::LastDim;
+        v->weightPeriod = period;
+        return Status::Ok;
+    }
+    if (lastKept < firstStretched) {
+        for (int64_t d = 0; d < inRank; ++d) period *= marks[d] == 1 ? inDims[d] : 1;
+        v->weight = Form::Rows;
+        v->weightPeriod = period;
+        return Status::Ok;
+    }
+    *err = "weight stretches dims both before and after kept ones: materialise it";
+    return Status::BadParam;
+}
+
+/** GM workspace of a last-dim operand of period P: each core's periodic row x[k % P], k < tile + 2P + 256. */
 inline int64_t LastDimWorkspaceElems(int64_t tileElems, int64_t classes) {
     return tileElems + 2 * classes + kLastDimSuperElems;
 }
 
+/** Per core: pos_weight's periodic row, then the weight's (tiling_model TilingData.workspace_bytes). */
 inline int64_t WorkspaceBytes(const Variant& v, const TilingResult& r) {
-    if (v.posWeight != PosWeight::LastDim || r.blockDim == 0) return 0;
-    int64_t perCore = RoundUp(LastDimWorkspaceElems(r.data.tileDataNum, v.classes) * DtypeBytes(v.dtype), 32);
+    if (r.blockDim == 0) return 0;
+    int64_t elem = DtypeBytes(v.dtype);
+    int64_t perCore = 0;
+    if (v.posWeight == PosWeight::LastDim) {
+        perCore += RoundUp(LastDimWorkspaceElems(r.data.tileDataNum, v.classes) * elem, 32);
+    }
+    if (v.weight == Form::LastDim) {
+        perCore += RoundUp(LastDimWorkspaceElems(r.data.tileDataNum, v.weightPeriod) * elem, 32);
+    }
     return perCore * r.blockDim;
 }
 
 inline int64_t TilingKey(const Variant& v, int64_t bufferNum) {
     int64_t schMode = v.reduction == Reduction::None ? 0 : 1;
-    return schMode + 10 * static_cast<int64_t>(v.dtype) + 100 * (v.weight ? 1 : 0) + 1000 * bufferNum +
+    return schMode + 10 * static_cast<int64_t>(v.dtype) + 100 * static_cast<int64_t>(v.weight) + 1000 * bufferNum +
            10000 * static_cast<int64_t>(v.posWeight) + 100000 * static_cast<int64_t>(v.wrt);
 }
 
@@ -269,6 +358,7 @@ inline void ExactFields(int64_t n, int64_t elem, const Knobs& k, const Variant& 
     f.reduction = static_cast<int64_t>(v.reduction);
     f.scaleBits = ScaleBits(v.reduction, n);
     f.posWeightClasses = v.posWeight == PosWeight::LastDim ? v.classes : 0;
+    f.weightPeriod = v.weight == Form::LastDim || v.weight == Form::Rows ? v.weightPeriod : 0;
     r->blockDim = 0;
     if (n == 0) {
         return;
@@ -344,6 +434,10 @@ inline Status ComputeTiling(int64_t n, const Variant& v, const Knobs& knobs, con
     }
     if (v.posWeight == PosWeight::LastDim && v.classes < 1 && n) {
         *err = "pos_weight last_dim needs a last dim >= 1";
+        return Status::BadParam;
+    }
+    if ((v.weight == Form::LastDim || v.weight == Form::Rows) && n && (v.weightPeriod < 1 || n % v.weightPeriod)) {
+        *err = "a last_dim or rows weight needs a period >= 1 that divides the element count";
         return Status::BadParam;
     }
     BufferPlan plan;

@@ -34,8 +34,8 @@ inline int64_t TunedSocIndex(const char* soc) {
 /** The SoC's entries of this variant, or nullptr (an untuned SoC or variant). */
 inline const tuned::VariantRange* TunedVariant(int64_t socIndex, const Variant& v) {
     const tuned::VariantRange want{socIndex, static_cast<int64_t>(v.dtype), static_cast<int64_t>(v.reduction),
-                                   v.weight ? 1 : 0, static_cast<int64_t>(v.posWeight), static_cast<int64_t>(v.wrt),
-                                   0, 0, 0};
+                                   static_cast<int64_t>(v.weight), static_cast<int64_t>(v.posWeight),
+                                   static_cast<int64_t>(v.wrt), 0, 0, 0, 0};
     auto key = [](const tuned::VariantRange& r) {
         return std::make_tuple(r.soc, r.dtype, r.reduction, r.weight, r.posWeight, r.wrt);
     };
@@ -67,9 +67,10 @@ inline bool BufferNumAllowed(const cost::KernelModel& k, int64_t bufferNum) {
 
 /**
  * The knobs the build uses for n elements: the tuned entry's where it was tuned at n; at any other
- * size its BUFFER_NUM with the block size, core count and tile the model finds fastest at n (the
- * service's policy, search.refit); the entry's own knobs if no tile of that BUFFER_NUM fits; the
- * scheme's defaults (all 0) where no entry applies. refitted says whether the model chose.
+ * size, or for a weight form served from the full weight's entries (seeded), its BUFFER_NUM with the
+ * block size, core count and tile the model finds fastest at n (the service's policy, search.refit);
+ * the entry's own knobs if no tile of that BUFFER_NUM fits; the scheme's defaults (all 0) where no
+ * entry applies. refitted says whether the model chose.
  */
 inline Knobs TunedKnobs(const char* soc, int64_t n, const Variant& v, const Platform& p, bool* refitted = nullptr,
                         cost::RefitStats* stats = nullptr) {
@@ -83,8 +84,8 @@ inline Knobs TunedKnobs(const char* soc, int64_t n, const Variant& v, const Plat
     k.bufferNum = e->bufferNum;
     k.tileBytes = e->tileBytes;
     k.coreNum = e->coreNum;
-    const cost::KernelModel& km = tuned::kKernels[r->kernel];
-    if (e->size == n || !BufferNumAllowed(km, e->bufferNum)) return k;
+    const cost::KernelModel km = cost::WithRowLen(tuned::kKernels[r->kernel], v.weightPeriod);
+    if ((e->size == n && !r->seeded) || !BufferNumAllowed(km, e->bufferNum)) return k;
     BufferPlan plan;
     const char* err = nullptr;
     if (MakePlan(v, Scheme::Exact, &plan, &err) != Status::Ok) return k;
@@ -113,9 +114,9 @@ public:
     static constexpr size_t kSlots = 512;
 
     Knobs Get(const char* soc, int64_t n, const Variant& v, const Platform& p) {
-        const int64_t key[10] = {TunedSocIndex(soc), n, static_cast<int64_t>(v.dtype), static_cast<int64_t>(v.reduction),
-                                 v.weight ? 1 : 0, static_cast<int64_t>(v.posWeight), static_cast<int64_t>(v.wrt),
-                                 p.ubBytes, p.ubReserveBytes, p.aivCores};
+        const int64_t key[11] = {TunedSocIndex(soc), n, static_cast<int64_t>(v.dtype), static_cast<int64_t>(v.reduction),
+                                 static_cast<int64_t>(v.weight), static_cast<int64_t>(v.posWeight), static_cast<int64_t>(v.wrt),
+                                 v.weight == Form::Rows ? v.weightPeriod : 0, p.ubBytes, p.ubReserveBytes, p.aivCores};
         uint64_t h = 1469598103934665603ull;  // FNV-1a over the key's words
         for (int64_t w : key) h = (h ^ static_cast<uint64_t>(w)) * 1099511628211ull;
         Slot& slot = slots_[h % kSlots];
@@ -133,7 +134,7 @@ public:
 
 private:
     struct Slot {
-        int64_t key[10];
+        int64_t key[11];
         Knobs knobs;
         bool used = false;
     };

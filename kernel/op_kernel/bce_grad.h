@@ -9,9 +9,16 @@
  * float 1/N). Absent inputs are not read. half and bfloat16 compute in float32 (no bf16
  * arithmetic on A2); float32 and the int types compute in place in their input tiles. Tiles
  * whose byte length is not a 32-byte multiple move with DataCopyPad, so no core touches GM
- * outside its range. A last-dim pos_weight [C] is first written by each core into its GM
- * workspace as the periodic row pw[(start + k) % C]; every tile then reads its window from there
- * like any other input (byte-granular GM reads make any phase possible).
+ * outside its range.
+ *
+ * weight and pos_weight are broadcast operands, each in one form (tiling_model/variant.py):
+ *   full      the input's shape: a stream like p and y;
+ *   last_dim  a row of period P (pos_weight [C]; weight [C], [1, C], [B, C], ...): each core first
+ *             writes the periodic row x[(start + k) % P] into its GM workspace, every tile then reads
+ *             its window from there like any other input (byte-granular GM reads allow any phase);
+ *   rows      (weight) one value per R consecutive elements ([N, 1], [A, B, 1]): a tile reads the
+ *             values of the rows it touches and expands them in UB, one Duplicate per row;
+ *   scalar    (weight) [1] or []: read once per core, applied with Muls.
  *
  * The UB plan (queues, temporaries, staging) is what tiling_model.kernels.bce_grad_kernel and
  * op_host/bce_grad_tiling_core.h budget for; the CPU twin checks the two agree.
@@ -26,18 +33,21 @@ namespace bce_grad_kernel {
 
 using namespace AscendC;
 
-constexpr int64_t kPosWeightNone = 0;
-constexpr int64_t kPosWeightFull = 1;
-constexpr int64_t kPosWeightLastDim = 2;
-constexpr int64_t kStageElems = 768;  // staging buffer of the pos_weight row copy (tiling core: kLastDimStageElems)
+/** A broadcast operand's form: its digit in the tiling key (tiling core: bce_grad::Form). */
+constexpr int64_t kFormNone = 0;
+constexpr int64_t kFormFull = 1;
+constexpr int64_t kFormLastDim = 2;
+constexpr int64_t kFormRows = 3;
+constexpr int64_t kFormScalar = 4;
+constexpr int64_t kStageElems = 768;  // staging buffer of the last-dim row copies (tiling core: kLastDimStageElems)
 constexpr int64_t kSuperElems = 256;  // rows shorter than this are replicated in UB first
 constexpr float kProbEps = 1e-12f;
 
-/** The tiling key's decimal digits (op_host TilingKey): schMode, dtype, weight, BUFFER_NUM, pos_weight, wrt. */
+/** The tiling key's decimal digits (op_host TilingKey): schMode, dtype, weight form, BUFFER_NUM, pos_weight form, wrt. */
 struct Variant {
     bool scalarGrad;
     int64_t dtype;
-    bool weight;
+    int64_t weight;
     int64_t bufferNum;
     int64_t posWeight;
     bool probability;
@@ -47,7 +57,7 @@ __aicore__ inline Variant DecodeKey(int64_t key) {
     Variant v;
     v.scalarGrad = key % 10 != 0;
     v.dtype = key / 10 % 10;
-    v.weight = key / 100 % 10 != 0;
+    v.weight = key / 100 % 10;
     v.bufferNum = key / 1000 % 10;
     v.posWeight = key / 10000 % 10;
     v.probability = key / 100000 % 10 != 0;
@@ -75,6 +85,15 @@ template <typename T, typename U> struct IsSame {
 template <typename T> struct IsSame<T, T> {
     static constexpr bool value = true;
 };
+
+/** Elements per 32-byte UB alignment unit. */
+template <typename T> constexpr int64_t kAlignElems = 32 / static_cast<int64_t>(sizeof(T));
+
+/** One core's workspace region for a last-dim row of period P, in elements of T (a 32-B multiple). */
+template <typename T> __aicore__ inline int64_t RowStride(int64_t tileElems, int64_t period) {
+    const int64_t bytes = (tileElems + 2 * period + kSuperElems) * static_cast<int64_t>(sizeof(T));
+    return (bytes + 31) / 32 * 32 / static_cast<int64_t>(sizeof(T));
+}
 
 /** The type a dtype computes in: float for the 16-bit floats, itself otherwise. */
 template <typename T> struct ComputeOf {
@@ -114,6 +133,7 @@ public:
         v_ = v;
         pipe_ = pipe;
         classes_ = t.posWeightClasses;
+        period_ = t.weightPeriod;
         const int64_t idx = GetBlockIdx();
         const int64_t last = GetBlockNum() - 1;
         if (idx < t.tailBlockNum) {
@@ -150,19 +170,32 @@ public:
             gradGm_.SetGlobalBuffer((__gm__ T*)grad + start_, count_);
             pipe_->InitBuffer(gQue_, BUFFER_NUM, tileBytes);
         }
-        if (v_.weight) {
+        // the workspace: per core, pos_weight's periodic row, then the weight's
+        const int64_t pwStride = v_.posWeight == kFormLastDim ? RowStride<T>(tileElems_, classes_) : 0;
+        const int64_t wStride = v_.weight == kFormLastDim ? RowStride<T>(tileElems_, period_) : 0;
+        __gm__ T* ws = (__gm__ T*)workspace + idx * (pwStride + wStride);
+        if (v_.weight == kFormFull) {
             weightGm_.SetGlobalBuffer((__gm__ T*)weight + start_, count_);
-            pipe_->InitBuffer(wQue_, BUFFER_NUM, tileBytes);
+        } else if (v_.weight == kFormLastDim) {
+            wRowGm_.SetGlobalBuffer((__gm__ T*)weight, period_);
+            weightGm_.SetGlobalBuffer(ws + pwStride, wStride);
+        } else if (v_.weight == kFormRows) {
+            weightGm_.SetGlobalBuffer((__gm__ T*)weight, t.totalLength / period_);  // one value per row
+        } else if (v_.weight == kFormScalar) {
+            GlobalTensor<T> w;
+            w.SetGlobalBuffer((__gm__ T*)weight, 1);
+            wValue_ = w.GetValue(0);
         }
-        if (v_.posWeight == kPosWeightFull) {
+        if (v_.weight == kFormFull || v_.weight == kFormLastDim || v_.weight == kFormRows) {
+            pipe_->InitBuffer(wQue_, BUFFER_NUM, tileBytes);  // rows: the tile's row values
+        }
+        if (v_.posWeight == kFormFull) {
             pwGm_.SetGlobalBuffer((__gm__ T*)posWeight + start_, count_);
-        } else if (v_.posWeight == kPosWeightLastDim) {
-            const int64_t perCore = (tileElems_ + 2 * classes_ + kSuperElems) * static_cast<int64_t>(sizeof(T));
-            const int64_t stride = (perCore + 31) / 32 * 32 / static_cast<int64_t>(sizeof(T));
+        } else if (v_.posWeight == kFormLastDim) {
             rowGm_.SetGlobalBuffer((__gm__ T*)posWeight, classes_);
-            pwGm_.SetGlobalBuffer((__gm__ T*)workspace + idx * stride, stride);
+            pwGm_.SetGlobalBuffer(ws, pwStride);
         }
-        if (v_.posWeight != kPosWeightNone) {
+        if (v_.posWeight != kFormNone) {
             pipe_->InitBuffer(pwQue_, BUFFER_NUM, tileBytes);
         }
         pipe_->InitBuffer(zQue_, BUFFER_NUM, tileBytes);
@@ -171,10 +204,13 @@ public:
             pipe_->InitBuffer(tmpA_, workBytes);
             pipe_->InitBuffer(tmpB_, workBytes);
         }
-        if ((kWiden && v_.posWeight != kPosWeightNone) || v_.probability) {
+        if ((kWiden && v_.posWeight != kFormNone) || v_.probability) {
             pipe_->InitBuffer(tmpC_, workBytes);
         }
-        if (v_.posWeight == kPosWeightLastDim) {
+        if (v_.weight == kFormRows) {
+            pipe_->InitBuffer(wide_, workBytes);  // the row values expanded, in the compute type
+        }
+        if (v_.posWeight == kFormLastDim || v_.weight == kFormLastDim) {
             pipe_->InitBuffer(stage_, static_cast<uint32_t>(kStageElems * static_cast<int64_t>(sizeof(T))));
         }
     }
@@ -183,13 +219,16 @@ public:
         if (count_ <= 0) {
             return;
         }
-        if (v_.posWeight == kPosWeightLastDim) {
-            WritePeriodicRow();
+        if (v_.posWeight == kFormLastDim) {
+            WritePeriodicRow(rowGm_, classes_, pwGm_);
+        }
+        if (v_.weight == kFormLastDim) {
+            WritePeriodicRow(wRowGm_, period_, weightGm_);
         }
         for (int64_t i = 0; i < tileNum_; ++i) {
             const int64_t len = i == tileNum_ - 1 ? tailElems_ : tileElems_;
             CopyIn(i, len);
-            Compute(len);
+            Compute(i, len);
             CopyOut(i, len);
         }
     }
@@ -228,26 +267,58 @@ private:
         LoadTo(pQue_, logitsGm_[off], len);
         LoadTo(yQue_, labelsGm_[off], len);
         if (!v_.scalarGrad) LoadTo(gQue_, gradGm_[off], len);
-        if (v_.weight) LoadTo(wQue_, weightGm_[off], len);
-        if (v_.posWeight == kPosWeightFull) LoadTo(pwQue_, pwGm_[off], len);
-        if (v_.posWeight == kPosWeightLastDim) LoadTo(pwQue_, pwGm_[(off % classes_)], len);
+        if (v_.weight == kFormFull) LoadTo(wQue_, weightGm_[off], len);
+        if (v_.weight == kFormLastDim) LoadTo(wQue_, weightGm_[(off % period_)], len);
+        if (v_.weight == kFormRows) {
+            const int64_t first = (start_ + off) / period_;
+            LoadTo(wQue_, weightGm_[first], (start_ + off + len - 1) / period_ - first + 1);
+        }
+        if (v_.posWeight == kFormFull) LoadTo(pwQue_, pwGm_[off], len);
+        if (v_.posWeight == kFormLastDim) LoadTo(pwQue_, pwGm_[(off % classes_)], len);
     }
 
-    __aicore__ inline void Compute(int64_t len) {
+    /**
+     * dst[k] = value of the row of element start + off + k, for k < len: one Duplicate per row, last row
+     * first. Vector operands start 32-B aligned, so each Duplicate starts at its row's first element
+     * rounded down, over the end of the row before; that row, written next, puts those back.
+     */
+    template <typename U>
+    __aicore__ inline void ExpandRows(const LocalTensor<U>& dst, const LocalTensor<T>& values, int64_t off,
+                                      int64_t len) {
+        SyncFlag<HardEvent::MTE2_S>();  // the scalar unit reads the values the DMA brought
+        const int64_t g = start_ + off;
+        const int64_t first = g / period_;
+        for (int64_t r = (g + len - 1) / period_; r >= first; --r) {
+            const int64_t a = r * period_ > g ? r * period_ - g : 0;
+            const int64_t b = (r + 1) * period_ - g < len ? (r + 1) * period_ - g : len;
+            const int64_t a0 = a / kAlignElems<U> * kAlignElems<U>;
+            const T value = values.GetValue(static_cast<uint32_t>(r - first));
+            U u;
+            if constexpr (kWiden) {
+                u = ScalarToFloat<T>(value);
+            } else {
+                u = value;
+            }
+            Duplicate(dst[static_cast<uint32_t>(a0)], u, static_cast<int32_t>(b - a0));
+        }
+    }
+
+    __aicore__ inline void Compute(int64_t i, int64_t len) {
         const int32_t n = static_cast<int32_t>(len);
         LocalTensor<T> z = zQue_.template AllocTensor<T>();
         LocalTensor<T> p = pQue_.template DeQue<T>();
         LocalTensor<T> y = yQue_.template DeQue<T>();
         LocalTensor<T> g, w, pw;
+        const bool weightTile = v_.weight == kFormFull || v_.weight == kFormLastDim || v_.weight == kFormRows;
         if (!v_.scalarGrad) g = gQue_.template DeQue<T>();
-        if (v_.weight) w = wQue_.template DeQue<T>();
-        if (v_.posWeight != kPosWeightNone) pw = pwQue_.template DeQue<T>();
+        if (weightTile) w = wQue_.template DeQue<T>();
+        if (v_.posWeight != kFormNone) pw = pwQue_.template DeQue<T>();
         if constexpr (kWiden) {
             LocalTensor<float> a = tmpA_.template Get<float>();
             LocalTensor<float> b = tmpB_.template Get<float>();
             Cast(a, p, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
             Cast(b, y, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
-            if (v_.posWeight != kPosWeightNone) {
+            if (v_.posWeight != kFormNone) {
                 LocalTensor<float> c = tmpC_.template Get<float>();
                 Cast(c, pw, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
                 PosWeightTerm(a, b, c, n);
@@ -263,13 +334,19 @@ private:
                 Cast(b, g, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
                 Mul(a, a, b, n);
             }
-            if (v_.weight) {
+            if (v_.weight == kFormFull || v_.weight == kFormLastDim) {
                 Cast(b, w, RoundMode::CAST_NONE, static_cast<uint32_t>(n));
                 Mul(a, a, b, n);
+            } else if (v_.weight == kFormRows) {
+                LocalTensor<float> e = wide_.template Get<float>();
+                ExpandRows(e, w, i * tileElems_, len);
+                Mul(a, a, e, n);
+            } else if (v_.weight == kFormScalar) {
+                Muls(a, a, ScalarToFloat<T>(wValue_), n);
             }
             Cast(z, a, RoundMode::CAST_RINT, static_cast<uint32_t>(n));
         } else {
-            if (v_.posWeight != kPosWeightNone) {
+            if (v_.posWeight != kFormNone) {
                 PosWeightTerm(p, y, pw, n);
             } else if (v_.probability) {
                 if constexpr (kFloat) {
@@ -280,28 +357,30 @@ private:
                 Sub(p, p, y, n);
             }
             // the last multiply writes the output tile
+            const LocalTensor<T>& gradDst = v_.weight == kFormNone ? z : p;
             if (v_.scalarGrad) {
                 if constexpr (kFloat) {
-                    if (v_.weight) {
-                        Muls(p, p, static_cast<T>(scale_), n);
-                        Mul(z, p, w, n);
-                    } else {
-                        Muls(z, p, static_cast<T>(scale_), n);
-                    }
+                    Muls(gradDst, p, static_cast<T>(scale_), n);
                 }
-            } else if (v_.weight) {
-                Mul(p, p, g, n);
-                Mul(z, p, w, n);
             } else {
-                Mul(z, p, g, n);
+                Mul(gradDst, p, g, n);
+            }
+            if (v_.weight == kFormFull || v_.weight == kFormLastDim) {
+                Mul(z, p, w, n);
+            } else if (v_.weight == kFormRows) {
+                LocalTensor<T> e = wide_.template Get<T>();
+                ExpandRows(e, w, i * tileElems_, len);
+                Mul(z, p, e, n);
+            } else if (v_.weight == kFormScalar) {
+                Muls(z, p, wValue_, n);
             }
         }
         zQue_.EnQue(z);
         pQue_.FreeTensor(p);
         yQue_.FreeTensor(y);
         if (!v_.scalarGrad) gQue_.FreeTensor(g);
-        if (v_.weight) wQue_.FreeTensor(w);
-        if (v_.posWeight != kPosWeightNone) pwQue_.FreeTensor(pw);
+        if (weightTile) wQue_.FreeTensor(w);
+        if (v_.posWeight != kFormNone) pwQue_.FreeTensor(pw);
     }
 
     /** a <- (pw*y + 1 - y) * a - pw*y, with c = pw on entry (c ends as pw*y, b as the coefficient). */
@@ -334,40 +413,40 @@ private:
     }
 
     /**
-     * Write pw[(start + k) % C] for k < tile + C into this core's workspace. Rows shorter than
-     * kSuperElems are first repeated in UB (scalar copies) so small C costs few DMAs; longer rows
-     * are copied GM -> UB -> GM in chunks. The stage is a TBuf, so the MTE2/MTE3 hand-offs are
-     * synchronised by hand.
+     * Write row[(start + k) % C] for k < tile + C into this core's workspace region ``dst``. Rows
+     * shorter than kSuperElems are first repeated in UB (scalar copies) so small C costs few DMAs;
+     * longer rows are copied GM -> UB -> GM in chunks. The stage is a TBuf, so the MTE2/MTE3
+     * hand-offs are synchronised by hand.
      */
-    __aicore__ inline void WritePeriodicRow() {
-        const int64_t need = tileElems_ + classes_;
-        const int64_t phase = start_ % classes_;
+    __aicore__ inline void WritePeriodicRow(const GlobalTensor<T>& rowGm, int64_t classes, const GlobalTensor<T>& dst) {
+        const int64_t need = tileElems_ + classes;
+        const int64_t phase = start_ % classes;
         LocalTensor<T> stage = stage_.template Get<T>();
-        if (classes_ < kSuperElems) {
-            Load(stage, rowGm_, classes_);
+        if (classes < kSuperElems) {
+            Load(stage, rowGm, classes);
             SyncFlag<HardEvent::MTE2_S>();
-            const int64_t reps = (kSuperElems + classes_ - 1) / classes_;
-            const int64_t superLen = reps * classes_;
+            const int64_t reps = (kSuperElems + classes - 1) / classes;
+            const int64_t superLen = reps * classes;
             LocalTensor<T> sup = stage[static_cast<uint32_t>(kSuperElems)];
             for (int64_t k = 0; k < superLen; ++k) {
-                sup.SetValue(static_cast<uint32_t>(k), stage.GetValue(static_cast<uint32_t>((phase + k) % classes_)));
+                sup.SetValue(static_cast<uint32_t>(k), stage.GetValue(static_cast<uint32_t>((phase + k) % classes)));
             }
             SyncFlag<HardEvent::S_MTE3>();
             for (int64_t k = 0; k < need; k += superLen) {
-                Store(pwGm_[k], sup, superLen);
+                Store(dst[k], sup, superLen);
             }
         } else {
             int64_t src = phase;
             for (int64_t k = 0; k < need;) {
-                int64_t len = classes_ - src;
+                int64_t len = classes - src;
                 if (len > kStageElems) len = kStageElems;
                 if (len > need - k) len = need - k;
-                Load(stage, rowGm_[src], len);
+                Load(stage, rowGm[src], len);
                 SyncFlag<HardEvent::MTE2_MTE3>();
-                Store(pwGm_[k], stage, len);
+                Store(dst[k], stage, len);
                 SyncFlag<HardEvent::MTE3_MTE2>();
                 k += len;
-                src = (src + len) % classes_;
+                src = (src + len) % classes;
             }
         }
         SyncFlag<HardEvent::MTE3_MTE2>();  // the tiles read the workspace back
@@ -382,16 +461,18 @@ private:
     TPipe* pipe_ = nullptr;
     TQue<TPosition::VECIN, 1> pQue_, yQue_, gQue_, wQue_, pwQue_;
     TQue<TPosition::VECOUT, 1> zQue_;
-    TBuf<TPosition::VECCALC> tmpA_, tmpB_, tmpC_, stage_;
-    GlobalTensor<T> gradGm_, logitsGm_, labelsGm_, weightGm_, pwGm_, rowGm_, zGm_;
+    TBuf<TPosition::VECCALC> tmpA_, tmpB_, tmpC_, wide_, stage_;
+    GlobalTensor<T> gradGm_, logitsGm_, labelsGm_, weightGm_, wRowGm_, pwGm_, rowGm_, zGm_;
     Variant v_;
     float scale_ = 1.0f;
+    T wValue_{};  // a scalar weight
     int64_t start_ = 0;
     int64_t count_ = 0;
     int64_t tileNum_ = 0;
     int64_t tileElems_ = 0;
     int64_t tailElems_ = 0;
     int64_t classes_ = 0;
+    int64_t period_ = 0;  // a last-dim weight's period P or a rows weight's R
 };
 
 /** Instantiate the class for the key's BUFFER_NUM (a template parameter) and run it. */

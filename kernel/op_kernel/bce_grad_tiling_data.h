@@ -3,7 +3,7 @@
  *
  * All fields are int64 and laid out in this order; the host serialises them little-endian
  * (tiling_model.TilingData.to_bytes). The first ten fields are the requirement's, the last
- * six are bcetune's: the last core is cut to end at element n-1 (no access past the tensors),
+ * seven are bcetune's: the last core is cut to end at element n-1 (no access past the tensors),
  * the grad scale (1/N for mean) is computed on the host in float, as IEEE-754 bits, and the
  * tiling key travels in the struct so one kernel binary dispatches on it (dtype, BUFFER_NUM,
  * reduction and variant digits; see bce_grad::TilingKey).
@@ -29,7 +29,8 @@ struct BceGradTilingData {
     int64_t lastCoreTailDataNum;  // elements in its last tile
     int64_t scaleBits;            // float32 bits of the grad scale
     int64_t posWeightClasses;     // C of a last-dim pos_weight [C], else 0
-    int64_t tilingKey;            // decimal digits: schMode, dtype, weight, BUFFER_NUM, pos_weight, wrt
+    int64_t tilingKey;            // decimal digits: schMode, dtype, weight form, BUFFER_NUM, pos_weight form, wrt
+    int64_t weightPeriod;         // a broadcast weight's P (last_dim) or R (rows), else 0
 };
 
 #endif  // BCE_GRAD_TILING_DATA_H

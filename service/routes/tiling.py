@@ -48,7 +48,7 @@ def answer(
     costs well under a millisecond: no thread hand-off, no GIL contention between worker threads)."""
     resolver = store.snapshot.resolver
     given = req.params.given() if req.params else ()
-    q = Query(req.soc or settings.default_soc, tuple(req.shape), req.variant(), given)
+    q = Query(req.soc or settings.default_soc, tuple(req.shape), req.variant(), given, req.weight_broadcast().period)
     doc = resolver.cached(q)
     if doc is None:
         if budget is not None and budget.left <= 0:
