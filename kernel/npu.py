@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tiling_model import BadRequest, BuildError, TilingData, TilingParams, Variant, compute_tiling
+from tiling_model.variant import broadcast_of, pos_weight_of
 
 #: Written between timed repetitions to evict the kernel's data from L2 (A2 L2 is 192 MiB at most).
 L2_FLUSH_BYTES = 256 * 1024 * 1024
@@ -131,9 +132,13 @@ def bce_grad(
     dtype = str(p.dtype).removeprefix("torch.")
     if dtype not in TORCH_DTYPES:
         raise BadRequest(f"unsupported dtype {dtype}; the kernel takes {', '.join(TORCH_DTYPES)}")
-    form = "none" if pos_weight is None else ("full" if pos_weight.shape == p.shape else "last_dim")
-    variant = Variant(dtype, reduction, weight is not None, form, wrt)  # type: ignore[arg-type]
-    tiling = compute_tiling(list(p.shape), variant, params, rt.soc)
+    shape = tuple(p.shape)
+    w = broadcast_of("weight", None if weight is None else tuple(weight.shape), shape)  # any broadcastable shape
+    pw = pos_weight_of(None if pos_weight is None else tuple(pos_weight.shape), shape)
+    variant = Variant(dtype, reduction, w.form, pw.form, wrt)  # type: ignore[arg-type]
+    tiling = compute_tiling(list(shape), variant, params, rt.soc, "exact", w.period or None)
+    if tiling.block_dim == 0:  # an empty tensor: nothing to launch
+        return rt.torch.empty_like(p)
     z = rt.torch.empty_like(p)
     tensors = {"grad": grad, "logits": p, "labels": y, "weight": weight, "pos_weight": pos_weight}
     dev = device_tiling(rt, tiling)

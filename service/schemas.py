@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from tiling_model import Dtype, PosWeightForm, Reduction, SocProfile, Variant, Wrt, known_socs, load_soc
 from tiling_model.dtypes import DTYPE_BYTES, INT_DTYPES, UnsupportedError
-from tiling_model.variant import Broadcast, BroadcastForm, broadcast_of
+from tiling_model.variant import Broadcast, BroadcastForm, broadcast_of, pos_weight_of
 
 if TYPE_CHECKING:
     from service.store import LoadedTable
@@ -163,17 +163,11 @@ def _weight_of(weight: bool | str | list[int], shape: list[int]) -> Broadcast:
 
 
 def _pos_weight_of(pos_weight: list[int], shape: list[int]) -> str:
-    """pos_weight's form from its shape: the input's shape or [C] along the last dim."""
+    """pos_weight's form from its shape (tiling_model.pos_weight_of: the input's shape or [C])."""
     try:
-        b = broadcast_of("pos_weight", pos_weight, shape)
+        return pos_weight_of(pos_weight, shape).form
     except UnsupportedError as e:
         raise ValueError(str(e)) from None
-    if b.form in ("none", "full") or (b.form == "last_dim" and shape and b.period == shape[-1]):
-        return b.form
-    raise ValueError(
-        f"pos_weight of shape {pos_weight} broadcasts as {b.form}; the kernel reads pos_weight of the input's shape "
-        "or [C] along the last dim"
-    )
 
 
 class BatchRequest(BaseModel):

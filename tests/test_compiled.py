@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_model_bounds import SOCS, sizes, variants
+from test_model_bounds import SOCS, kernel, period, sizes, variants
 
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc
 from tiling_model import compiled as C
 from tiling_model.cost import kinds_of, predict_detail
-from tiling_model.kernels import bce_grad_kernel
 from tiling_model.search import model_best
 from tiling_model.simulate import SteadyL2, simulate
 from tiling_model.space import BLOCK_CHOICES, score_space, tile_choices
@@ -38,7 +37,7 @@ def test_one_prediction_is_the_vectorised_simulator_to_the_bit(
 ) -> None:
     soc = load_soc(soc_name)
     try:
-        t = compute_tiling([n], v, TilingParams(block, bn, tile, cores), soc)
+        t = compute_tiling([n], v, TilingParams(block, bn, tile, cores), soc, "exact", period(v, n) or None)
     except TilingError:
         return
     fast = predict_detail(t, soc, l2)  # type: ignore[arg-type]
@@ -55,7 +54,7 @@ def test_one_prediction_is_the_vectorised_simulator_to_the_bit(
 def test_the_compiled_refit_picks_what_scoring_the_blocks_picks(
     v: Variant, n: int, soc_name: str, blocks: list[int], data: st.DataObject
 ) -> None:
-    soc, k = load_soc(soc_name), bce_grad_kernel(v, "exact", 1)
+    soc, k = load_soc(soc_name), kernel(v, n)
     bn = data.draw(st.sampled_from(k.allowed_buffer_nums()))
     full = score_space(k, soc, n, blocks_only=tuple(blocks), buffers_only=(bn,))
     want = full.params(full.best_index())
@@ -70,10 +69,10 @@ def test_the_compiled_refit_picks_what_scoring_the_blocks_picks(
 @settings(max_examples=25, deadline=None)
 @given(variants, sizes, st.sampled_from(SOCS))
 def test_the_models_best_is_the_whole_spaces_best_valid(v: Variant, n: int, soc_name: str) -> None:
-    soc, k = load_soc(soc_name), bce_grad_kernel(v, "exact", 1)
+    soc, k = load_soc(soc_name), kernel(v, n)
     full = score_space(k, soc, n)
     for i in [full.best_index(), *full.ranked(16)]:
-        want = compute_tiling([n], v, full.params(i), soc, "exact")
+        want = compute_tiling([n], v, full.params(i), soc, "exact", period(v, n) or None)
         if not validate(want, soc):
             break
-    assert model_best(n, v, soc).params == want.params
+    assert model_best(n, v, soc, 1, period(v, n)).params == want.params

@@ -28,6 +28,7 @@ from tiling_model.dtypes import DTYPE_BYTES
 from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, bce_grad_kernel
 from tiling_model.space import BLOCK_CHOICES
 from tiling_model.validate import validate
+from tiling_model.variant import WEIGHT_FORMS, broadcast_of, operand_shape
 
 FLOATS = ("float32", "float16", "bfloat16")
 INTS = ("int32", "int16")
@@ -57,17 +58,20 @@ def torch_reference(g, p, y, w, pw, reduction: str, wrt: str) -> np.ndarray:
     return x.grad.numpy()
 
 
-def make_inputs(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, reduction: str, weight: bool,
-                pos_weight: str) -> dict[str, np.ndarray | None]:  # fmt: skip
+def make_inputs(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, reduction: str,
+                weight: bool | str | tuple[int, ...], pos_weight: str) -> dict[str, np.ndarray | None]:  # fmt: skip
+    """Random inputs; ``weight`` is a form (True / False: full / none; a form's smallest shape, see
+    operand_shape) or the weight's own shape."""
     d = cpu.DTYPES[dtype]
     n = int(np.prod(shape))
+    w_shape = weight if isinstance(weight, tuple) else operand_shape(Variant("float32", weight=weight).weight, shape)
     if dtype in INTS:
         small = lambda s: rng.integers(-6, 7, s).astype(d)  # noqa: E731  (no intermediate overflows int16)
         return {
             "grad": small(shape),
             "logits": small(shape),
             "labels": small(shape),
-            "weight": small(shape) if weight else None,
+            "weight": None if w_shape is None else small(w_shape),
             "pos_weight": None if pos_weight == "none" else small(shape if pos_weight == "full" else shape[-1:]),
         }
     p = rng.uniform(0.02, 0.98, n).reshape(shape)
@@ -77,7 +81,7 @@ def make_inputs(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, re
         "grad": g.astype(d),
         "logits": p.astype(d),
         "labels": y.astype(d),
-        "weight": rng.uniform(0.25, 4.0, shape).astype(d) if weight else None,
+        "weight": None if w_shape is None else rng.uniform(0.25, 4.0, w_shape).astype(d),
         "pos_weight": None,
     }
     if pos_weight != "none":
@@ -89,7 +93,7 @@ def check_case(
     shape: tuple[int, ...],
     dtype: str,
     reduction: str,
-    weight: bool,
+    weight: bool | str | tuple[int, ...],
     pos_weight: str,
     wrt: str,
     params: TilingParams | None,
@@ -99,8 +103,9 @@ def check_case(
 ) -> None:
     rng = np.random.default_rng(seed)
     a = make_inputs(rng, shape, dtype, reduction, weight, pos_weight)
+    w = broadcast_of("weight", None if a["weight"] is None else a["weight"].shape, shape)
     tiling = compute_tiling(
-        list(shape), Variant(dtype, reduction, weight, pos_weight, wrt), params, "Ascend910B2", scheme
+        list(shape), Variant(dtype, reduction, w.form, pos_weight, wrt), params, "Ascend910B2", scheme, w.period
     )
     expected_faults = expected_faults_of(tiling)
     out = np.zeros(shape, dtype=cpu.DTYPES[dtype])
@@ -111,16 +116,20 @@ def check_case(
         assert info.value.kind in expected_faults, str(info.value)
         return
     result = cpu.run_tiling(tiling, a, out, flow=flow)
+    if out.size == 0:  # an empty tensor: no launch, no workspace, nothing read or written
+        assert tiling.block_dim == 0 and tiling.workspace_bytes == 0 and result.ub_peak == 0
+        assert not any(result.bytes_read.values()) and not any(result.bytes_written.values())
+        return
     # the buffer plan the model budgets is the plan the kernel allocates, byte for byte
     plan = (
-        tiling.kernel if scheme == "exact" else bce_grad_kernel(Variant(dtype, reduction, weight))
+        tiling.kernel if scheme == "exact" else bce_grad_kernel(Variant(dtype, reduction, w.form))
     )  # seed tilings run ours
     assert result.ub_peak == result.ub_peak_min == plan.ub_bytes(tiling.params.tile_bytes, tiling.params.buffer_num)
     # every input element is read exactly once, absent inputs never, z written exactly once
     nbytes = out.nbytes
     assert result.bytes_read["logits"] == result.bytes_read["labels"] == nbytes
     assert result.bytes_read["grad"] == (nbytes if reduction == "none" else tiling.block_dim * out.itemsize)
-    assert result.bytes_read["weight"] == (nbytes if weight else 0)
+    assert result.bytes_read["weight"] == weight_bytes_read(tiling, nbytes)
     assert result.bytes_read["pos_weight"] == pos_weight_bytes_read(tiling, pos_weight, nbytes)
     assert result.bytes_written["z"] == nbytes
     if dtype in INTS:
@@ -147,6 +156,29 @@ def pos_weight_bytes_read(tiling, pos_weight: str, nbytes: int) -> int:  # noqa:
     c, elem = tiling.fields.posWeightClasses, tiling.elem_bytes
     per_core = c if c < LAST_DIM_SUPER_ELEMS else tiling.fields.tileDataNum + c
     return tiling.block_dim * per_core * elem
+
+
+def weight_bytes_read(tiling, nbytes: int) -> int:  # noqa: ANN001
+    """Full: every element once; none: nothing; scalar: one value per core; last_dim: each core's
+    prologue reads its period P (once when P < 256, else tile + P elements in chunks), the tiles read
+    the workspace; rows: each tile the values of the rows it touches."""
+    form, f, elem = tiling.variant.weight, tiling.fields, tiling.elem_bytes
+    if form in ("full", "none"):
+        return nbytes if form == "full" else 0
+    if form == "scalar":
+        return tiling.block_dim * elem
+    if form == "last_dim":
+        per_core = f.weightPeriod if f.weightPeriod < LAST_DIM_SUPER_ELEMS else f.tileDataNum + f.weightPeriod
+        return tiling.block_dim * per_core * elem
+    r, values, start = f.weightPeriod, 0, 0
+    for core in range(tiling.block_dim):
+        count = f.bigCoreDataNum if core < f.tailBlockNum else f.smallCoreDataNum
+        count = f.lastCoreDataNum if core == tiling.block_dim - 1 else count
+        for lo in range(start, start + count, f.tileDataNum):
+            hi = min(lo + f.tileDataNum, start + count)
+            values += (hi - 1) // r - lo // r + 1
+        start += count
+    return values * elem
 
 
 def expected_faults_of(tiling) -> set[str]:  # noqa: ANN001
@@ -189,6 +221,35 @@ def test_last_dim_pos_weight_every_class_count(dtype: str, classes: int) -> None
         reduction = "none" if dtype in INTS else ("none", "sum", "mean")[i % 3]
         params = None if i % 2 else TilingParams(tile_bytes=1024, block_bytes=64 * DTYPE_BYTES[dtype])
         check_case((rows, classes), dtype, reduction, i % 2 == 1, "last_dim", "logit", params, "exact", i)
+
+
+#: Input shape and weight shape: per-class [C] (C = 1, C not dividing a core's range, C past the UB
+#: replication width), [1, C], [B, C] (a period over two dims), per-row [N, 1] (rows shorter than a
+#: 32-B block, longer than a tile), [A, B, 1], scalar [1] and [], the full shape.
+WEIGHT_SHAPES: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((37, 129), (129,)), ((200, 1), (1,)), ((64, 3), (3,)), ((3, 4097), (4097,)), ((50, 7), (1, 7)),
+    ((5, 3, 7), (3, 7)), ((37, 129), (37, 1)), ((3000, 2), (3000, 1)), ((11, 5), (11, 1)),
+    ((2, 9000), (2, 1)), ((4, 3, 5), (4, 3, 1)), ((4, 3, 5), (4, 1, 1)), ((1000,), (1,)), ((33, 9), ()),
+    ((33, 9), (33, 9)), ((1, 1), (1,)), ((0, 5), (5,)), ((4, 0), (4, 1)),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+@pytest.mark.parametrize(("shape", "w_shape"), WEIGHT_SHAPES)
+def test_every_weight_form_against_autograd(dtype: str, shape: tuple[int, ...], w_shape: tuple[int, ...]) -> None:
+    """Every broadcast form of weight (and with a [C] pos_weight beside it), every reduction, the default
+    tiling and small tiles on many cores: autograd's gradient (ints: the exact formula), each weight
+    value read as the form promises (check_case: bytes_read), the UB plan the model's."""
+    w = broadcast_of("weight", w_shape, shape).form
+    reductions = ("none",) if dtype in INTS else ("none", "sum", "mean")
+    for i, reduction in enumerate(reductions):
+        for j, pw in enumerate(("none", "last_dim")):
+            bn = 1 if pw == "last_dim" and w in ("full", "last_dim", "rows") and reduction == "none" else 2
+            for k, params in enumerate((None, TilingParams(block_bytes=32, buffer_num=bn, tile_bytes=96, core_num=7))):
+                seed = 100 * i + 10 * j + k
+                check_case(shape, dtype, reduction, w_shape, pw, "logit", params, "exact", seed)
+    if dtype in FLOATS:
+        check_case(shape, dtype, "mean", w_shape, "none", "probability", None, "exact", 7)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS)
@@ -272,7 +333,7 @@ def cases(draw: st.DrawFn, dtypes: tuple[str, ...]) -> dict:
     if scheme == "seed":
         weight, pos_weight, wrt = True, "none", "logit"
     else:
-        weight = draw(st.booleans())
+        weight = draw(st.sampled_from(WEIGHT_FORMS))
         wrt = "logit" if is_int else draw(st.sampled_from(("logit", "logit", "probability")))
         pos_weight = "none" if wrt == "probability" else draw(st.sampled_from(("none", "full", "last_dim")))
     n = draw(
@@ -295,8 +356,11 @@ def cases(draw: st.DrawFn, dtypes: tuple[str, ...]) -> dict:
             tile_bytes=draw(st.integers(1, 256)) * (512 if scheme == "seed" else 32),
             core_num=draw(st.integers(1, 48)),
         )
+    shape = shape_for(n, pos_weight, classes)
+    if weight in ("last_dim", "rows") and pos_weight != "last_dim":  # a period of its own: [n / C, C]
+        shape = (max(1, n // classes), classes)
     return {
-        "shape": shape_for(n, pos_weight, classes),
+        "shape": shape,
         "dtype": dtype,
         "reduction": reduction,
         "weight": weight,
@@ -311,6 +375,8 @@ def cases(draw: st.DrawFn, dtypes: tuple[str, ...]) -> dict:
 def run_random(case: dict) -> None:
     variant = Variant(case["dtype"], case["reduction"], case["weight"], case["pos_weight"], case["wrt"])
     t = compute_tiling(list(case["shape"]), variant, case["params"], "Ascend910B2", case["scheme"])
+    if case["scheme"] == "exact" and case["params"] and case["params"].buffer_num:
+        assume(case["params"].buffer_num in t.kernel.allowed_buffer_nums())
     if case["scheme"] == "exact":
         assume(validate(t) == [])  # invalid knob sets are the tiling model's to reject, not the kernel's
     check_case(**case)

@@ -174,7 +174,7 @@ def test_exact_entry_is_served_with_its_exact_bytes(server: Server) -> None:
     assert (doc["block_dim"], doc["tiling_key"]) == (t.block_dim, t.tiling_key)
     assert doc["predicted_us"] == pytest.approx(predict(t), abs=1e-4)
     assert 0 < doc["roofline_us"] <= doc["predicted_us"]
-    assert doc["provenance"]["schema_version"] == 3 and doc["provenance"]["backend"] == "model"
+    assert doc["provenance"]["schema_version"] == 4 and doc["provenance"]["backend"] == "model"
 
 
 def test_sizes_in_the_bucket_refit_the_entry(server: Server) -> None:
@@ -294,6 +294,13 @@ def test_metrics_count_requests_sources_and_latency(server: Server) -> None:
         ({"shape": [4], "dtype": "int16", "wrt": "probability"}, "wrt", "needs a float dtype"),
         ({"shape": [], "dtype": "int32", "wrt": "probability"}, "wrt", "needs a float dtype"),
         ({"shape": [4], "dtype": "float32", "pos_weight": "row"}, "pos_weight", "'last_dim'"),
+        ({"shape": [3, 4], "dtype": "float32", "weight": [5]}, "weight", "shape [5] does not broadcast to"),
+        ({"shape": [2, 3, 4], "dtype": "float32", "weight": [2, 1, 4]}, "weight", "materialise this one"),
+        ({"shape": [3, 4], "dtype": "float32", "weight": [2, 3, 4]}, "weight", "more dims than the input"),
+        ({"shape": [], "dtype": "float32", "weight": "rows"}, "weight", "at least one dim"),
+        ({"shape": [4], "dtype": "float32", "weight": "diagonal"}, "weight", "'last_dim'"),
+        ({"shape": [4], "dtype": "float32", "weight": [-1]}, "weight", "outside 0..2147483647"),
+        ({"shape": [4, 5], "dtype": "float32", "pos_weight": [4, 1]}, "pos_weight", "as rows; the kernel reads"),
         ({"shape": [4], "dtype": "float32", "block": 5}, "block", "Extra inputs are not permitted"),
         ({"shape": [4], "dtype": "float32", "params": {"tile": 5}}, "tile", "Extra inputs are not permitted"),
         ({"shape": [4], "dtype": "float32", "params": {"buffer_num": 5}}, "buffer_num", "less than or equal to 4"),
@@ -334,7 +341,7 @@ def test_oversized_bodies_are_a_413(server: Server) -> None:
 
 
 def test_corrupt_table_stops_start_up_with_the_file_named(tmp_path: Path) -> None:
-    (tmp_path / "Ascend910B2.json").write_text(json.dumps({"schema_version": 3, "soc": "Ascend910B2"}))
+    (tmp_path / "Ascend910B2.json").write_text(json.dumps({"schema_version": 4, "soc": "Ascend910B2"}))
     r = subprocess.run(
         [sys.executable, "-m", "service", "--tables", str(tmp_path), "--port", str(_free_port())],
         capture_output=True,
@@ -424,3 +431,36 @@ def test_the_compiled_model_warms_up_in_the_background(server: Server) -> None:
         time.sleep(0.2)
     log_wait = post(server, {"shape": [123_457], "dtype": "float16", "reduction": "mean"})
     assert log_wait.status_code == 200 and log_wait.json()["source"] == "bucket"
+
+
+@pytest.mark.parametrize(
+    ("weight", "form", "period"),
+    [
+        ([1000], "last_dim", 1000), ([1, 1000], "last_dim", 1000), ("last_dim", "last_dim", 1000),
+        ([1024, 1], "rows", 1000), ("rows", "rows", 1000), ([1], "scalar", 0), ([], "scalar", 0),
+        ("scalar", "scalar", 0),
+        ([1024, 1000], "full", 0), (True, "full", 0), ("none", "none", 0), (False, "none", 0),
+    ],
+)  # fmt: skip
+def test_weight_is_a_form_or_a_shape(server: Server, weight: object, form: str, period: int) -> None:
+    """weight as PyTorch allows it: the answer names the form and its period; an untuned form is the full
+    weight's bucket re-fitted with its own kernel (source bucket), and its struct carries the period."""
+    doc = post(server, {"shape": [1024, 1000], "dtype": "float16", "reduction": "mean", "weight": weight}).json()
+    assert doc["weight"] == form and doc["weight_period"] == period and doc["tiling"]["weightPeriod"] == period
+    v = Variant("float16", "mean", form)  # type: ignore[arg-type]
+    t = compute_tiling([1024, 1000], v, TilingParams(**doc["params"]), "Ascend910B2", "exact", period or None)
+    assert base64.b64decode(doc["tiling_b64"]) == t.to_bytes() and validate(t) == []
+    assert doc["workspace_bytes"] == t.workspace_bytes and (doc["workspace_bytes"] > 0) == (form == "last_dim")
+    assert doc["source"] == ("model" if form == "none" else "bucket")  # the table tunes only the full weight here
+    assert doc["params"]["buffer_num"] == GOOD["buffer_num"] or form == "none"
+
+
+def test_empty_tensors_say_there_is_nothing_to_launch(server: Server) -> None:
+    for body in (
+        {"shape": [0], "dtype": "float32"},
+        {"shape": [4096, 0], "dtype": "float16", "weight": [0], "pos_weight": "last_dim"},
+        {"shape": [0, 7], "dtype": "int16", "weight": [0, 1]},
+    ):
+        doc = post(server, body).json()
+        assert doc["launch"] is False and doc["block_dim"] == 0 and doc["workspace_bytes"] == 0, doc
+        assert doc["predicted_us"] == 0 and doc["n"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,11 @@ def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "mutate,needle",
     [
-        (lambda d: d.update(schema_version=99), "schema_version 99 is not 3"),
+        (lambda d: d.update(schema_version=99), "schema_version 99 is not 4 (nor a version this release migrates: 3)"),
+        (lambda d: d.update(schema_version=2), "schema_version 2 is not 4"),
+        (lambda d: d["entries"][0].update(weight=True), "entries[0]: weight is not one of none, full"),
+        (lambda d: d["entries"][0].update(weight="diagonal"), "entries[0]: weight is not one of"),
+        (lambda d: d.update(schema_version=3), "entries[0]: weight is not a boolean (schema 3)"),
         (lambda d: d.pop("kernel_hash"), "kernel_hash missing"),
         (lambda d: d["entries"][0].update(pos_weight="row"), "entries[0]: unknown pos_weight form 'row'"),
         (lambda d: d.pop("backend"), "backend missing"),
@@ -131,3 +136,20 @@ def test_shipped_tables_conform_to_the_json_schema() -> None:
     assert len(paths) == 5
     for path in paths:
         jsonschema.validate(json.loads(path.read_text()), schema, cls=jsonschema.Draft202012Validator)
+
+
+def test_a_schema_3_table_is_migrated_on_load_and_written_as_4(tmp_path: Path) -> None:
+    """Version 3 spelled weight as a boolean: true is the full form, false none; the rest is unchanged."""
+    new = table(entry(16), replace(entry(1024), variant=Variant("float32", "none", "none")))
+    doc = new.to_json()
+    old = doc | {"schema_version": 3, "entries": [e | {"weight": e["weight"] == "full"} for e in doc["entries"]]}
+    assert [e["weight"] for e in old["entries"]] == [True, False]
+    path = tmp_path / "Ascend910B2.json"
+    path.write_text(json.dumps(old))
+    loaded = load_table(path)
+    assert loaded.schema_version == 4 and loaded.entries == new.entries
+    assert loaded.lookup(Variant("float32", "none", "full"), 16) is not None
+    assert loaded.lookup(Variant("float32", "none", False), 1024) is not None
+    write_table(loaded, path)
+    assert json.loads(path.read_text())["schema_version"] == 4
+    assert old["entries"][0]["weight"] is True  # the migration copies: the input is left alone

@@ -11,7 +11,7 @@ from conftest import compile_cpp_driver
 
 from tiling_model import BadRequest, TilingParams, Variant, compute_tiling, known_socs, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
-from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
+from tiling_model.variant import BROADCAST_FORMS, WEIGHT_FORMS, WRT_FORMS, broadcast_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = list(DTYPE_ID)
@@ -37,8 +37,8 @@ def random_cases(count: int, seed: int) -> list[dict]:
                 "shape": dims,
                 "dtype": DTYPES[rng.integers(len(DTYPES))],
                 "reduction": REDUCTIONS[rng.integers(3)],
-                "weight": bool(rng.random() < 0.7) or scheme == "seed",
-                "pos_weight": "none" if scheme == "seed" or rng.random() < 0.5 else POS_WEIGHT_FORMS[rng.integers(3)],
+                "weight": "full" if scheme == "seed" else WEIGHT_FORMS[rng.integers(len(WEIGHT_FORMS))],
+                "pos_weight": "none" if scheme == "seed" or rng.random() < 0.5 else BROADCAST_FORMS[rng.integers(3)],
                 "wrt": "logit" if scheme == "seed" or rng.random() < 0.6 else WRT_FORMS[rng.integers(2)],
                 "params": TilingParams(
                     knob(1, 200, 32), knob(1, 5), knob(1, 2000, 16 if rng.random() < 0.8 else 1), knob(1, 60)
@@ -71,10 +71,11 @@ def cpp_input(c: dict) -> str:
         n,
         DTYPE_ID[c["dtype"]],
         REDUCTION_ID[c["reduction"]],
-        int(c["weight"]),
-        POS_WEIGHT_FORMS.index(c["pos_weight"]),
+        BROADCAST_FORMS.index(c["weight"]),
+        BROADCAST_FORMS.index(c["pos_weight"]),
         WRT_FORMS.index(c["wrt"]),
         classes,
+        (c["shape"][-1] if c["shape"] else 1) if c["weight"] in ("last_dim", "rows") else 0,
         p.block_bytes or 0,
         p.buffer_num or 0,
         p.tile_bytes or 0,
@@ -95,16 +96,17 @@ def test_cpp_core_matches_tiling_model(driver: Path, seed: int) -> None:
             "shape": s,
             "dtype": d,
             "reduction": "none",
-            "weight": True,
+            "weight": w,
             "pos_weight": "none",
             "wrt": "logit",
             "params": TilingParams(),
             "soc": "Ascend910B2",
             "scheme": sch,
         }
-        for s in ([0], [1], [100], [129], [128], [1 << 33])
+        for s in ([0], [1], [100], [129], [128], [1 << 33], [3, 0], [0, 7], [64, 3], [1, 1])
         for d in ("float32", "int16")
         for sch in ("seed", "exact")
+        for w in (("full",) if sch == "seed" else WEIGHT_FORMS)
     ]
     cases += edge
     out = subprocess.run(
@@ -143,26 +145,25 @@ def test_host_ub_budget_from_what_the_platform_reports_is_the_models(tmp_path: P
 
 
 def test_host_pos_weight_form_is_the_twin_runners(tmp_path: Path) -> None:
-    """The TilingFunc reads the pos_weight form from the shapes as kernel.cpu does (same shape: full;
-    [C] with C the last dim: last_dim; else refused)."""
+    """The TilingFunc reads the pos_weight form from the shapes as kernel.cpu does (tiling_model.pos_weight_of:
+    the input's shape: full; [C] with C the last dim, or a single value when C is 1: last_dim; else refused)."""
     from kernel.cpu import _check_inputs
 
     exe = compile_cpp_driver("host_inputs_driver.cpp", tmp_path)
     cases = [((4, 5), (4, 5)), ((4, 5), (5,)), ((5,), (5,)), ((1, 5), (5,)), ((4, 5), (4,)), ((4, 5), (20,)),
-             ((4, 5), (1, 5)), ((3, 1), (1,)), ((7,), (1,)), ((), (1,)), ((4, 5), None)]  # fmt: skip
+             ((4, 5), (1, 5)), ((3, 1), (1,)), ((7,), (1,)), ((), (1,)), ((4, 5), None), ((4, 5), (4, 1)),
+             ((2, 3, 4), (3, 4)), ((2, 3, 4), (1, 1, 4)), ((4, 5), (1,))]  # fmt: skip
     text = ""
     for shape, pw in cases:
-        if pw is None:
-            text += "pw 0 0 0 0 0 0\n"
-            continue
-        last = shape[-1] if shape else 1
-        text += f"pw 1 {int(shape == pw)} {len(pw)} {int(np.prod(pw))} {len(shape)} {last}\n"
+        p = pw or ()
+        text += f"pw {int(pw is not None)} {len(p)} {' '.join(map(str, p))} {len(shape)} {' '.join(map(str, shape))}\n"
     out = run_driver(exe, text)
     forms = {0: "none", 1: "full", 2: "last_dim"}
     for (shape, pw), got in zip(cases, out, strict=False):
         x = np.zeros(shape, np.float32)
         try:
-            _, form = _check_inputs(x, x, x, None, None if pw is None else np.zeros(pw, np.float32), "none")
+            _, _, b = _check_inputs(x, x, x, None, None if pw is None else np.zeros(pw, np.float32), "none")
+            form = b.form
         except ValueError:
             form = "err"
         parts = got.split()
@@ -170,3 +171,34 @@ def test_host_pos_weight_form_is_the_twin_runners(tmp_path: Path) -> None:
         assert cpp == form, (shape, pw, got)
         if form == "last_dim":
             assert int(parts[2]) == shape[-1]
+
+
+def test_host_weight_form_is_broadcast_of(tmp_path: Path) -> None:
+    """The TilingFunc maps any weight shape onto a form as tiling_model.broadcast_of (and so the twin
+    runner, the service and PyTorch's broadcasting) does: the same form and period, the same refusals."""
+    exe = compile_cpp_driver("host_inputs_driver.cpp", tmp_path)
+    rng = np.random.default_rng(7)
+    cases: list[tuple[tuple[int, ...], tuple[int, ...] | None]] = [
+        ((4, 5), (5,)), ((4, 5), (4, 1)), ((4, 5), (1,)), ((4, 5), ()), ((4, 5), (1, 1)), ((4, 5), (4, 5)),
+        ((2, 3, 4), (3, 4)), ((2, 3, 4), (2, 1, 4)), ((2, 3, 4), (2, 1, 1)), ((2, 3, 4), (2, 3, 1)),
+        ((2, 3, 4), (1, 2, 3, 4)), ((2, 3, 4), (2, 2, 3, 4)), ((4, 5), (6,)), ((1, 5), (5,)), ((5, 1), (5, 1)),
+        ((0, 5), (5,)), ((3, 0), (3, 1)), ((), ()), ((), (1,)), ((7,), (1,)), ((4, 5), None),
+    ]  # fmt: skip
+    for _ in range(300):  # random broadcastable shapes, and some that are not
+        shape = tuple(int(d) for d in rng.integers(1, 4, rng.integers(1, 5)))
+        w = tuple(d if rng.random() < 0.5 else 1 for d in shape[int(rng.integers(0, len(shape) + 1)) :])
+        if rng.random() < 0.1 and w:
+            w = (*w[:-1], w[-1] + 1)
+        cases.append((shape, w))
+    text = ""
+    for shape, w in cases:
+        ws = " ".join(map(str, w or ()))
+        text += f"w {int(w is not None)} {len(w or ())} {ws} {len(shape)} {' '.join(map(str, shape))}\n"
+    out = run_driver(exe, text)
+    for (shape, w), got in zip(cases, out, strict=False):
+        try:
+            b = broadcast_of("weight", w, shape)
+            want = f"ok {BROADCAST_FORMS.index(b.form)} {b.period}"
+        except ValueError:
+            want = "err"
+        assert got == want, (shape, w)

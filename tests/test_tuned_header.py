@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from pathlib import Path
 
 import numpy as np
@@ -80,12 +80,12 @@ def resolver() -> TilingResolver:
     return TilingResolver(TABLES)
 
 
-def _service(resolver: TilingResolver, soc: str, v: Variant, n: int) -> dict:
-    return resolver.resolve(Query(soc, (n,), v, ()))
+def _service(resolver: TilingResolver, soc: str, v: Variant, n: int, period: int = 0) -> dict:
+    return resolver.resolve(Query(soc, (n,), v, (), period))
 
 
 def _variants(table: TuningTable) -> list[Variant]:
-    return sorted({e.variant for e in table.entries}, key=astuple)
+    return sorted({e.variant for e in table.entries}, key=astuple)  # the tuned forms: weight full and none
 
 
 def _assert_same(got: HostKnobs, doc: dict, where: str) -> None:
@@ -123,12 +123,38 @@ def test_build_tiles_every_call_as_the_service_answers(exe: Path, resolver: Tili
     assert changed > 0.3 * len(calls), f"the re-fit changed the bucket's knobs in only {changed} calls"
 
 
+def test_broadcast_weight_forms_are_tiled_as_the_service_answers(exe: Path, resolver: TilingResolver) -> None:
+    """The untuned weight forms (last_dim, rows, scalar) are the full weight's buckets re-fitted with their
+    own kernel, in the build as in the service: the same knobs, struct (its weightPeriod too) and block
+    dim, at random sizes and periods (rows from 1 element per value to one row)."""
+    rng = np.random.default_rng(2026_12_01)
+    calls: list[tuple[str, Variant, int, int]] = []
+    for soc, table in TABLES.items():
+        full = [v for v in _variants(table) if v.weight == "full"]
+        top = max(e.size for e in table.entries) * 4
+        for _ in range(PER_SOC // 5):
+            base = full[rng.integers(len(full))]
+            form = ("last_dim", "rows", "scalar")[rng.integers(3)]
+            n = int(np.exp(rng.uniform(0, np.log(top))))
+            period = int(np.gcd(n, int(rng.choice([1, 2, 3, 96, 1000, 4096, n])))) if form != "scalar" else 0
+            calls.append((soc, replace(base, weight=form), n, period))
+    answers = query_host_tiling(calls, exe)
+    for (soc, v, n, period), got in zip(calls, answers, strict=True):
+        doc = _service(resolver, soc, v, n, period)
+        where = f"{soc} {v.label()} n={n} period={period}"
+        _assert_same(got, doc, where)
+        entry = TABLES[soc].lookup(v.tuned_base, n)
+        assert entry is not None and got.entry_size == entry.size, where
+        assert doc["source"] == "bucket" and got.refitted, where
+        assert doc["weight_period"] == (period if v.weight != "scalar" else 0), where
+
+
 def test_an_untuned_soc_gets_the_defaults_and_an_empty_tensor_no_launch(exe: Path) -> None:
     v = _variants(TABLES["Ascend910B2"])[0]
     [empty] = query_host_tiling([("Ascend910B2", v, 0)], exe)
     assert empty.entry_size is None and empty.block_dim == 0 and not empty.refitted
     soc = load_soc("Ascend910B2")  # a SoC the tables do not know, on 910B2's platform numbers
-    line = f"Ascend9999 0 0 1 0 0 4096 {soc.ub_bytes} {soc.ub_reserve_bytes} {soc.aiv_cores}\n"
+    line = f"Ascend9999 0 0 1 0 0 4096 0 {soc.ub_bytes} {soc.ub_reserve_bytes} {soc.aiv_cores}\n"
     out = subprocess.run([str(exe)], input=line, capture_output=True, text=True, check=True).stdout.split()
     want = compute_tiling([4096], Variant("float32", "none", True), TilingParams(), "Ascend910B2")
     assert out[:6] == ["miss", "0", "0", "0", "0", "table"]

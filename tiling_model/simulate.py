@@ -395,8 +395,11 @@ def _bounds(k: CoreKinds, c: _Costs, soc: SocProfile) -> tuple[np.ndarray, np.nd
     live = (k.cores > 0) & (k.tiles > 0)
     fixed = soc.core_start_us + c.row_us[:, None]
     lower = np.where(
-        c.launched, soc.launch_us + np.maximum(np.where(live, chain + fixed, 0.0).max(axis=1), c.bandwidth_us), 0.0
-    )
+        c.launched,
+        soc.launch_us
+        + np.maximum(np.where(live, chain + soc.core_start_us + c.row_us[:, None], 0.0).max(axis=1), c.bandwidth_us),
+        0.0,
+    )  # fmt: skip  (the chain plus start-up and row copy in the schedule's order: equal to the bit when certain)
     fa, fb, fc = np.maximum(a, ta), np.maximum(b, tb), np.maximum(cc, tc)
     period = np.maximum.reduce([fa, fb, fc, (fa + fb) / bn, (fb + fc) / bn])
     upper = np.where(live, nfull * period + fa + fb + fc + fixed, 0.0).max(axis=1)

@@ -157,3 +157,41 @@ def broadcast_of(
         f"{name} of shape {shape} broadcasts to {inp} with stretched dims both before and after kept ones; "
         "the kernel reads full, last_dim ([.., C]), rows ([.., 1]) and scalar forms: materialise this one"
     )
+
+
+def operand_shape(form: BroadcastForm, shape: tuple[int, ...] | list[int], period: int = 0) -> tuple[int, ...] | None:
+    """The smallest operand shape of this form for an input of ``shape`` (the inverse of
+    ``broadcast_of``): None, the shape itself, [1], the trailing dims whose product is the period
+    (last_dim), or the leading dims with the trailing ones 1 (rows, their product the period).
+    ``period`` 0 means the last dim."""
+    shape = tuple(int(d) for d in shape)
+    if form == "none":
+        return None
+    if form == "full":
+        return shape
+    if form == "scalar":
+        return (1,)
+    p = period or (shape[-1] if shape else 1)
+    for cut in range(len(shape), -1, -1):  # the fewest trailing dims whose product is the period
+        tail = 1
+        for d in shape[cut:]:
+            tail *= d
+        if tail == p and cut < len(shape):
+            return shape[cut:] if form == "last_dim" else shape[:cut] + (1,) * (len(shape) - cut)
+    raise UnsupportedError(f"no trailing dims of {list(shape)} multiply to the {form} period {p}")
+
+
+def pos_weight_of(shape: list[int] | tuple[int, ...] | None, input_shape: list[int] | tuple[int, ...]) -> Broadcast:
+    """pos_weight's form: ``broadcast_of``, then what the kernel reads of pos_weight: absent, the
+    input's shape, or [C] along the last dim (a single value is that when the last dim is 1); else
+    refused, naming the shape."""
+    b = broadcast_of("pos_weight", shape, input_shape)
+    last = int(input_shape[-1]) if len(input_shape) else 1
+    if b.form == "scalar" and last == 1:
+        return Broadcast("last_dim", 1)
+    if b.form in ("none", "full") or (b.form == "last_dim" and b.period == last):
+        return b
+    raise UnsupportedError(
+        f"pos_weight of shape {list(shape or [])} broadcasts to {list(input_shape)} as {b.form}; the kernel reads "
+        f"pos_weight of the input's shape or [C] along the last dim (C = {last})"
+    )

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tiling_model import MeasurementError, TilingData, predict
+from tiling_model.variant import operand_shape
 
 
 class Backend(Protocol):
@@ -95,7 +96,7 @@ class CpuTwinBackend:
                 "grad": mk(shape if v.reduction == "none" else (1,), 0.5, 2.0),
                 "logits": mk(shape, 0.02, 0.98),
                 "labels": mk(shape, 0.0, 1.0),
-                "weight": mk(shape, 0.25, 4.0) if v.weight else None,
+                "weight": mk(operand_shape(v.weight, shape), 0.25, 4.0) if v.has_weight else None,
                 "pos_weight": None
                 if v.pos_weight == "none"
                 else mk(shape if v.pos_weight == "full" else shape[-1:], 0.1, 5.0),
@@ -166,7 +167,7 @@ class NpuBackend:
                 "grad": mk(shape if v.reduction == "none" else (1,)),
                 "logits": mk(shape),
                 "labels": mk(shape),
-                "weight": mk(shape) if v.weight else None,
+                "weight": mk(operand_shape(v.weight, shape)) if v.has_weight else None,
                 "pos_weight": None if v.pos_weight == "none" else mk(shape if v.pos_weight == "full" else shape[-1:]),
             }
         try:

@@ -25,7 +25,7 @@ from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.study import requirement_tiling
-from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, rebaseline, regate, run_sweep, sweep_keys
+from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, merge, rebaseline, regate, run_sweep, sweep_keys
 
 
 def _sizes(text: str) -> list[int]:
@@ -38,8 +38,11 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _weights(text: str) -> list[bool]:
-    return [x == "true" for x in csv_of(("true", "false"))(text)]
+def _weights(text: str) -> list[str]:
+    """The weight forms to tune: full and none (true / false say the same); the broadcast forms are
+    re-fitted from the full form's buckets (tiling_model.variant.TUNED_WEIGHT_FORMS)."""
+    alias = {"true": "full", "false": "none"}
+    return [alias.get(x, x) for x in csv_of(("full", "none", "true", "false"))(text)]
 
 
 def _non_negative(text: str) -> int:
@@ -53,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--soc", required=True, choices=known_socs())
     s.add_argument("--dtypes", type=csv_of(DTYPES), default=list(DTYPES))
     s.add_argument("--reductions", type=csv_of(REDUCTIONS), default=list(REDUCTIONS))
-    s.add_argument("--weights", type=_weights, default=[True, False], help="true,false (weight input present)")
+    s.add_argument(
+        "--weights", type=_weights, default=["full", "none"], help="full,none (true,false): the weight forms tuned"
+    )
     s.add_argument(
         "--pos-weights", type=csv_of(("none", "full", "last_dim")), default=["none"], help="none,full,last_dim"
     )
@@ -88,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("rebaseline", help="re-time seed_default_us of a model-backend table (knobs untouched)")
     b.add_argument("--soc", required=True, choices=known_socs())
     b.add_argument("--table", type=Path, help="table path (default: the shipped one; rewritten in place)")
+    m = sub.add_parser("merge", help="put a partial sweep's entries into a table (e.g. after a model change)")
+    m.add_argument("--soc", required=True, choices=known_socs())
+    m.add_argument("--table", type=Path, help="table path (default: the shipped one; rewritten in place)")
+    m.add_argument("--from", dest="newer", type=Path, required=True, help="the partial sweep's table")
     sub.add_parser(
         "doctor", add_help=False, help="on an Ascend host: check CANN, torch_npu, the device, build, golden, timing"
     )
@@ -180,6 +189,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TableError as e:
             return _error(e)
         print(f"rebaselined {path}: {len(table.entries)} entries")
+        return 0
+    if args.command == "merge":
+        try:
+            path, table = _table_of(args.soc, args.table)
+            newer = load_table(args.newer)
+            write_table(merge(table, newer), path)
+        except TableError as e:
+            return _error(e)
+        print(f"merged {args.newer} into {path}: {len(newer.entries)} entries replaced or added")
         return 0
     if args.command == "regate":
         try:

@@ -40,6 +40,7 @@ from tiling_model import (
 from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES
 from tiling_model.search import refit
 from tiling_model.tables import load_table
+from tiling_model.variant import operand_shape
 from tuner.sweep import TABLES_DIR
 
 BUILD_SCRIPT = Path(__file__).resolve().parent.parent / "kernel" / "build.sh"
@@ -96,7 +97,7 @@ def case_inputs(case: GoldenCase, seed: int) -> dict[str, Any]:
             "grad": small(shape),
             "logits": small(shape),
             "labels": small(shape),
-            "weight": small(shape) if v.weight else None,
+            "weight": small(operand_shape(v.weight, shape)) if v.has_weight else None,
             "pos_weight": None if v.pos_weight == "none" else small(shape if v.pos_weight == "full" else shape[-1:]),
         }
     n = int(np.prod(shape))
@@ -106,7 +107,7 @@ def case_inputs(case: GoldenCase, seed: int) -> dict[str, Any]:
         "grad": (rng.normal(size=shape if v.reduction == "none" else (1,)) * 2).astype(d),
         "logits": rng.uniform(0.02, 0.98, shape).astype(d),
         "labels": y.astype(d),
-        "weight": rng.uniform(0.25, 4.0, shape).astype(d) if v.weight else None,
+        "weight": rng.uniform(0.25, 4.0, operand_shape(v.weight, shape)).astype(d) if v.has_weight else None,
         "pos_weight": None if v.pos_weight == "none" else rng.uniform(0.1, 5.0, pw_shape).astype(d),
     }
 

@@ -93,7 +93,7 @@ def _inputs(
     v, n = t.variant, t.n
     d = cpu.DTYPES[v.dtype]
     is_int = bool(np.issubdtype(d, np.integer))
-    names = ["logits", "labels"] + ["grad"] * (v.reduction == "none") + ["weight"] * v.weight
+    names = ["logits", "labels"] + ["grad"] * (v.reduction == "none") + ["weight"] * (v.weight == "full")
     names += ["pos_weight"] * (v.pos_weight == "full")
     flat = {k: np.zeros(n, dtype=d) for k in names}
     for lo, count in windows:

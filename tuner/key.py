@@ -17,7 +17,7 @@ class StudyKey:
 
     def study_name(self, backend: str) -> str:
         v = self.variant
-        w = "w" if v.weight else "nw"
+        w = {"full": "w", "none": "nw"}.get(v.weight, f"w_{v.weight}")
         return f"bce_grad/{self.soc}/{v.dtype}/{v.reduction}/{w}/{v.wrt}/pw_{v.pos_weight}/n{self.size}/{backend}"
 
     def seed(self) -> int:
@@ -25,8 +25,9 @@ class StudyKey:
         key's text as it was spelled when the shipped tables were swept (do not change it: the
         tables would no longer reproduce)."""
         v = self.variant
+        weight = {"full": True, "none": False}.get(v.weight, v.weight)  # spelled as the boolean it was
         text = (
-            f"StudyKey(soc={self.soc!r}, dtype={v.dtype!r}, reduction={v.reduction!r}, weight={v.weight!r}, "
+            f"StudyKey(soc={self.soc!r}, dtype={v.dtype!r}, reduction={v.reduction!r}, weight={weight!r}, "
             f"size={self.size!r}, pos_weight={v.pos_weight!r}, wrt={v.wrt!r})"
         )
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")

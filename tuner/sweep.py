@@ -36,7 +36,7 @@ def sweep_keys(
     soc: str,
     dtypes: Iterable[str],
     reductions: Iterable[str],
-    weights: Iterable[bool],
+    weights: Iterable[str | bool],
     sizes: Iterable[int],
     pos_weights: Iterable[str] = ("none",),
     wrts: Iterable[str] = ("logit",),
@@ -98,6 +98,25 @@ def regate(table: TuningTable, progress: bool = True) -> TuningTable:
             f"First: {failures[0]}"
         )
     return replace(table, kernel_hash=kernel_source_hash())
+
+
+def merge(base: TuningTable, newer: TuningTable) -> TuningTable:
+    """``base`` with ``newer``'s entries in place of its own for the same (variant, size) and added where
+    it has none: for re-sweeping part of a table (e.g. the variants a cost-model change touched). Both
+    must be of one SoC, backend and SoC profile; the merged table takes ``newer``'s kernel hash and
+    creation time (``regate`` then checks every entry against the current kernel sources)."""
+    for what in ("soc", "backend", "soc_profile_hash"):
+        if getattr(base, what) != getattr(newer, what):
+            raise TableError(f"cannot merge: {what} {getattr(newer, what)!r} is not the base's {getattr(base, what)!r}")
+    replaced = {(e.variant, e.size): e for e in newer.entries}
+    kept = tuple(e for e in base.entries if (e.variant, e.size) not in replaced)
+    return replace(
+        base,
+        entries=kept + newer.entries,
+        kernel_hash=newer.kernel_hash,
+        created=newer.created,
+        trials_per_study=max(base.trials_per_study, newer.trials_per_study),
+    )
 
 
 def rebaseline(table: TuningTable) -> TuningTable:

@@ -31,7 +31,7 @@ import numpy as np
 
 from tiling_model import BadRequest, BuildError, TilingData, TilingParams, Variant, compute_tiling, load_soc
 from tiling_model import KernelFault as _KernelFault
-from tiling_model.variant import Broadcast, broadcast_of
+from tiling_model.variant import Broadcast, broadcast_of, pos_weight_of
 
 DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype(np.float32),
@@ -270,13 +270,7 @@ def _check_inputs(
     elif grad.size != 1:
         raise BadRequest(f"reduction={reduction!r} takes one scalar grad, got shape {grad.shape}")
     w = broadcast_of("weight", None if weight is None else weight.shape, p.shape)
-    pw = broadcast_of("pos_weight", None if pos_weight is None else pos_weight.shape, p.shape)
-    last = p.shape[-1] if p.ndim else 1
-    if pw.form not in ("none", "full", "last_dim") or (pw.form == "last_dim" and pw.period != last):
-        raise BadRequest(
-            f"pos_weight shape {pos_weight.shape if pos_weight is not None else None} is neither the input's "
-            f"shape {p.shape} nor ({last},): the kernel reads pos_weight full or along the last dim"
-        )
+    pw = pos_weight_of(None if pos_weight is None else pos_weight.shape, p.shape)
     return dtype, w, pw
 
 

@@ -86,14 +86,16 @@ bool ReadVariant(gert::TilingContext* context, const gert::Shape& shape, bce_gra
     if (bce_grad::WeightFromShape(weight != nullptr, wDims, wRank, inDims, dims, v, &err) != bce_grad::Status::Ok) {
         return false;
     }
+    // absent, the input's shape, or [C] along the last dim (else refused)
     const gert::StorageShape* pw = context->GetOptionalInputShape(kPosWeight);
-    const int64_t last = dims > 0 ? shape.GetDim(shape.GetDimNum() - 1) : 1;
-    if (pw == nullptr) {
-        return bce_grad::PosWeightFromShape(false, false, 0, 0, dims, last, v, &err) == bce_grad::Status::Ok;
+    int64_t pwDims[gert::Shape::kMaxDimNum] = {};
+    int64_t pwRank = 0;
+    if (pw != nullptr) {
+        const gert::Shape& ps = pw->GetStorageShape();
+        pwRank = static_cast<int64_t>(ps.GetDimNum());
+        for (size_t d = 0; d < ps.GetDimNum(); ++d) pwDims[d] = ps.GetDim(d);
     }
-    const gert::Shape& pwShape = pw->GetStorageShape();
-    return bce_grad::PosWeightFromShape(true, pwShape == shape, static_cast<int64_t>(pwShape.GetDimNum()),
-                                        pwShape.GetShapeSize(), dims, last, v, &err) == bce_grad::Status::Ok;
+    return bce_grad::PosWeightFromShape(pw != nullptr, pwDims, pwRank, inDims, dims, v, &err) == bce_grad::Status::Ok;
 }
 
 ge::graphStatus TilingBceGrad(gert::TilingContext* context) {

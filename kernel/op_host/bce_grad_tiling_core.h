@@ -174,42 +174,20 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
 }
 
 /**
- * The pos_weight form from the shapes of a call, as kernel.cpu and torch read them: absent; the
- * input's own shape (full); or [C] with C the input's last dim (last_dim). Anything else is refused.
+ * A broadcast operand's form from the shapes of a call, as PyTorch broadcasts (tiling_model.broadcast_of):
+ * dims aligned from the right, a 1 stretches; none stretched is Full, all Scalar, the leading stretched
+ * and the trailing kept LastDim (P = the kept dims' product), the leading kept and the trailing
+ * stretched Rows (R = the stretched dims' product). Anything else is refused.
  */
-inline Status PosWeightFromShape(bool present, bool sameShape, int64_t pwDims, int64_t pwElems, int64_t inputDims,
-                                 int64_t lastDim, Variant* v, const char** err) {
-    v->posWeight = PosWeight::None;
-    v->classes = 0;
-    if (!present) return Status::Ok;
-    if (sameShape) {
-        v->posWeight = PosWeight::Full;
-        return Status::Ok;
-    }
-    if (pwDims == 1 && inputDims >= 1 && lastDim >= 1 && pwElems == lastDim) {
-        v->posWeight = PosWeight::LastDim;
-        v->classes = lastDim;
-        return Status::Ok;
-    }
-    *err = "pos_weight must have the input's shape or be [C] with C the input's last dim";
-    return Status::BadParam;
-}
-
-/**
- * The weight's form from the shapes of a call, as PyTorch broadcasts (tiling_model.broadcast_of): dims
- * aligned from the right, a 1 stretches; none stretched is Full, all Scalar, the leading stretched and
- * the trailing kept LastDim (P = the kept dims' product), the leading kept and the trailing stretched
- * Rows (R = the stretched dims' product). Anything else is refused.
- */
-inline Status WeightFromShape(bool present, const int64_t* wDims, int64_t wRank, const int64_t* inDims,
-                              int64_t inRank, Variant* v, const char** err) {
-    v->weight = Form::None;
-    v->weightPeriod = 0;
+inline Status BroadcastFromShape(bool present, const int64_t* wDims, int64_t wRank, const int64_t* inDims,
+                                 int64_t inRank, Form* form, int64_t* periodOut, const char** err) {
+    *form = Form::None;
+    *periodOut = 0;
     if (!present) return Status::Ok;
     int64_t skip = wRank > inRank ? wRank - inRank : 0;
     for (int64_t i = 0; i < skip; ++i) {
         if (wDims[i] != 1) {
-            *err = "weight has more dims than the input";
+            *err = "the operand has more dims than the input";
             return Status::BadParam;
         }
     }
@@ -229,7 +207,7 @@ inline Status WeightFromShape(bool present, const int64_t* wDims, int64_t wRank,
         } else if (w == 1) {
             marks[d] = 1;
         } else {
-            *err = "weight does not broadcast to the input's shape";
+            *err = "the operand does not broadcast to the input's shape";
             return Status::BadParam;
         }
         if (marks[d] == 0) {
@@ -241,27 +219,59 @@ inline Status WeightFromShape(bool present, const int64_t* wDims, int64_t wRank,
         }
     }
     if (firstStretched < 0) {
-        v->weight = Form::Full;
+        *form = Form::Full;
         return Status::Ok;
     }
     if (firstKept < 0) {
-        v->weight = Form::Scalar;
+        *form = Form::Scalar;
         return Status::Ok;
     }
     int64_t period = 1;
     if (lastStretched < firstKept) {
         for (int64_t d = 0; d < inRank; ++d) period *= marks[d] == 0 ? inDims[d] : 1;
-        v->weight = Form::LastDim;
-        v->weightPeriod = period;
+        *form = Form::LastDim;
+        *periodOut = period;
         return Status::Ok;
     }
     if (lastKept < firstStretched) {
         for (int64_t d = 0; d < inRank; ++d) period *= marks[d] == 1 ? inDims[d] : 1;
-        v->weight = Form::Rows;
-        v->weightPeriod = period;
+        *form = Form::Rows;
+        *periodOut = period;
         return Status::Ok;
     }
-    *err = "weight stretches dims both before and after kept ones: materialise it";
+    *err = "the operand stretches dims both before and after kept ones: materialise it";
+    return Status::BadParam;
+}
+
+/** The weight's form: any broadcast form (BroadcastFromShape). */
+inline Status WeightFromShape(bool present, const int64_t* wDims, int64_t wRank, const int64_t* inDims,
+                              int64_t inRank, Variant* v, const char** err) {
+    return BroadcastFromShape(present, wDims, wRank, inDims, inRank, &v->weight, &v->weightPeriod, err);
+}
+
+/**
+ * pos_weight's form (tiling_model.pos_weight_of): what the kernel reads of it is absent, the input's
+ * shape, or [C] along the last dim (a single value is that when the last dim is 1); else refused.
+ */
+inline Status PosWeightFromShape(bool present, const int64_t* pwDims, int64_t pwRank, const int64_t* inDims,
+                                 int64_t inRank, Variant* v, const char** err) {
+    Form form;
+    int64_t period;
+    v->posWeight = PosWeight::None;
+    v->classes = 0;
+    Status s = BroadcastFromShape(present, pwDims, pwRank, inDims, inRank, &form, &period, err);
+    if (s != Status::Ok) return s;
+    const int64_t last = inRank > 0 ? inDims[inRank - 1] : 1;
+    if (form == Form::Scalar && last == 1) {
+        form = Form::LastDim;
+        period = 1;
+    }
+    if (form == Form::None || form == Form::Full || (form == Form::LastDim && period == last)) {
+        v->posWeight = form;
+        v->classes = form == Form::LastDim ? period : 0;
+        return Status::Ok;
+    }
+    *err = "pos_weight must have the input's shape or be [C] with C the input's last dim";
     return Status::BadParam;
 }
 

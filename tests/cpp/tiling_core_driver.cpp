@@ -1,19 +1,21 @@
 // Test driver: one tiling per input line, printed as numbers, so tests compare it with tiling_model.
-// Input:  n dtype reduction weight pos_weight wrt classes block_bytes buffer_num tile_bytes core_num
+// Input:  n dtype reduction weight_form pos_weight wrt classes weight_period block_bytes buffer_num tile_bytes core_num
 //         ub_bytes ub_reserve aiv_cores scheme(0 seed, 1 exact)      (knobs: 0 = default)
-// Output: "ok" then the 15 struct fields, block_dim, tiling_key and the 4 resolved knobs; or "err".
+// Output: "ok" then the 17 struct fields, block_dim, tiling_key and the 4 resolved knobs; or "err".
 #include <cstdio>
 
 #include "bce_grad_tiling_core.h"
 
 int main() {
-    long long n, dtype, red, weight, pw, wrt, classes, block, bn, tile, cores, ub, reserve, aiv, scheme;
-    while (std::scanf("%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &n, &dtype, &red,
-                      &weight, &pw, &wrt, &classes, &block, &bn, &tile, &cores, &ub, &reserve, &aiv, &scheme) == 15) {
+    long long n, dtype, red, weight, pw, wrt, classes, period, block, bn, tile, cores, ub, reserve, aiv, scheme;
+    while (std::scanf("%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &n, &dtype,
+                      &red, &weight, &pw, &wrt, &classes, &period, &block, &bn, &tile, &cores, &ub, &reserve, &aiv,
+                      &scheme) == 16) {
         bce_grad::Variant v;
         v.dtype = static_cast<bce_grad::Dtype>(dtype);
         v.reduction = static_cast<bce_grad::Reduction>(red);
-        v.weight = weight != 0;
+        v.weight = static_cast<bce_grad::Form>(weight);
+        v.weightPeriod = period;
         v.posWeight = static_cast<bce_grad::PosWeight>(pw);
         v.wrt = static_cast<bce_grad::Wrt>(wrt);
         v.classes = classes;

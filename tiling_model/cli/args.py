@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeAlias
 
-from tiling_model.variant import POS_WEIGHT_FORMS, WRT_FORMS
+from tiling_model.variant import POS_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Broadcast, broadcast_of
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,8 +61,34 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def parse_weight(text: str) -> str:
+    """true / false (full / none) or a broadcast form."""
+    t = text.lower()
+    alias = {"1": "full", "true": "full", "yes": "full", "0": "none", "false": "none", "no": "none"}
+    if t in alias or t in WEIGHT_FORMS:
+        return alias.get(t, t)
+    raise argparse.ArgumentTypeError(f"expected true, false or one of {', '.join(WEIGHT_FORMS)}, got {text!r}")
+
+
+def weight_of(a: argparse.Namespace) -> Broadcast:
+    """The weight's form and period: from --weight-shape (as PyTorch broadcasts it), else --weight with the
+    period of a [C] (last_dim) or [..., 1] (rows) weight: the last dim."""
+    if getattr(a, "weight_shape", None) is not None:
+        return broadcast_of("weight", a.weight_shape, a.shape)
+    if a.weight in ("last_dim", "rows"):
+        return Broadcast(a.weight, a.shape[-1] if a.shape else 1)
+    return Broadcast(a.weight)
+
+
 def variant_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--weight", type=parse_bool, default=True, help="weight input present (default true)")
+    p.add_argument(
+        "--weight", type=parse_weight, default="full",
+        help="true / false, or a broadcast form: full, none, last_dim ([C]), rows ([..., 1]), scalar (default true)",
+    )  # fmt: skip
+    p.add_argument(
+        "--weight-shape", type=parse_shape, default=None,
+        help="the weight's shape D1,D2,.. (any shape broadcastable to --shape; overrides --weight); '' for []",
+    )  # fmt: skip
     p.add_argument("--pos-weight", default="none", choices=POS_WEIGHT_FORMS, help="pos_weight form")
     p.add_argument("--wrt", default="logit", choices=WRT_FORMS, help="gradient w.r.t. the logit or p")
 

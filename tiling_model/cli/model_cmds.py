@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tiling_model.calibrate import NAMED_KERNELS, calibrate, read_csv, read_jsonl
-from tiling_model.cli.args import SubParsers, csv_of, knob_flags, parse_shape, positive_int, variant_flags
+from tiling_model.cli.args import SubParsers, csv_of, knob_flags, parse_shape, positive_int, variant_flags, weight_of
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
 from tiling_model.errors import BadRequest
@@ -69,7 +69,7 @@ def add_model_commands(sub: SubParsers) -> None:
 def _kernel_from_args(a: argparse.Namespace) -> ElementwiseKernel:
     if a.kernel == "bce_grad":
         classes = a.shape[-1] if a.pos_weight == "last_dim" and a.shape else 1
-        return bce_grad_kernel(_variant(a), a.scheme, classes)
+        return bce_grad_kernel(_variant(a), a.scheme, classes, weight_of(a).period)
     if a.kernel == "elementwise":
         missing = [f for f in ("inputs", "outputs", "ops") if getattr(a, f) is None]
         if missing:
@@ -79,7 +79,7 @@ def _kernel_from_args(a: argparse.Namespace) -> ElementwiseKernel:
 
 
 def _variant(a: argparse.Namespace) -> Variant:
-    return Variant(a.dtype, a.reduction, a.weight, a.pos_weight, a.wrt)
+    return Variant(a.dtype, a.reduction, weight_of(a).form, a.pos_weight, a.wrt)
 
 
 def _predict(a: argparse.Namespace) -> int:

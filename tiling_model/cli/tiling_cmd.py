@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from tiling_model.cli.args import SubParsers, knob_flags, parse_shape, variant_flags
+from tiling_model.cli.args import SubParsers, knob_flags, parse_shape, variant_flags, weight_of
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS
 from tiling_model.errors import BadRequest
@@ -97,8 +97,9 @@ def _print_text(rep: dict[str, Any], max_cores: int) -> None:
 def run_tiling_command(args: argparse.Namespace) -> int:
     params = TilingParams(args.block_bytes, args.buffer_num, args.tile_bytes, args.core_num)
     try:
-        variant = Variant(args.dtype, args.reduction, args.weight, args.pos_weight, args.wrt)
-        t = compute_tiling(args.shape, variant, params, args.soc, args.scheme)
+        w = weight_of(args)
+        variant = Variant(args.dtype, args.reduction, w.form, args.pos_weight, args.wrt)
+        t = compute_tiling(args.shape, variant, params, args.soc, args.scheme, w.period or None)
     except BadRequest as e:
         print(f"python -m tiling_model: error: {e}", file=sys.stderr)
         return 2
