@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-tiling-cpp bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
+.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
 
 # everything: serving, tuning, the CPU twin, plots and the test tools
 $(STAMP): pyproject.toml
@@ -78,6 +78,10 @@ bench-search: $(STAMP)
 # the service's policy beside the CANN build's (the C++ header) and the bucket's knobs unchanged.
 bench-regret: $(STAMP)
 	$(PY) benchmarks/bucket_regret.py
+
+# Predicted speedup of a broadcast weight ([C], [N, 1], [1]) over materialising it at the input's shape.
+bench-weight-forms: $(STAMP)
+	$(PY) benchmarks/weight_forms.py
 
 # From a fresh service to the explorer's first view in headless Chromium (Debian chromium + chromium-driver).
 bench-explorer: $(STAMP)
