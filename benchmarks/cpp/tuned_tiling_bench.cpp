@@ -59,13 +59,15 @@ int main(int argc, char** argv) {
     const size_t nRanges = std::size(bce_grad::tuned::kVariants);
     std::vector<Case> all;
     for (int i = 0; i < cases; ++i) {
-        const bce_grad::tuned::VariantRange& r = bce_grad::tuned::kVariants[rng() % nRanges];
+        const bce_grad::tuned::VariantRange* pick = &bce_grad::tuned::kVariants[rng() % nRanges];
+        while (pick->seeded) pick = &bce_grad::tuned::kVariants[rng() % nRanges];  // the tuned variants
+        const bce_grad::tuned::VariantRange& r = *pick;
         const bce_grad::cost::SocModel& s = bce_grad::tuned::kSocs[r.soc];
         Case c;
         c.soc = s.name;
         c.v.dtype = static_cast<bce_grad::Dtype>(r.dtype);
         c.v.reduction = static_cast<bce_grad::Reduction>(r.reduction);
-        c.v.weight = r.weight != 0;
+        c.v.weight = static_cast<bce_grad::Form>(r.weight);
         c.v.posWeight = static_cast<bce_grad::PosWeight>(r.posWeight);
         c.v.wrt = static_cast<bce_grad::Wrt>(r.wrt);
         if (rng() % 4 == 0) {
