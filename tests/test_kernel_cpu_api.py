@@ -23,8 +23,17 @@ def arrays(n: int = 10, dtype: type = F) -> tuple[np.ndarray, np.ndarray, np.nda
         (lambda g, p, y: cpu.bce_grad(g, p, y.astype(np.float16)), "y is float16 but p is float32"),
         (lambda g, p, y: cpu.bce_grad(g, p, y, reduction="sum"), r"reduction='sum' takes one scalar grad"),
         (lambda g, p, y: cpu.bce_grad(g[:3], p, y), r"reduction='none' needs grad of the input's shape"),
-        (lambda g, p, y: cpu.bce_grad(g, p, y, np.ones(3, F)), r"weight shape \(3,\) differs"),
-        (lambda g, p, y: cpu.bce_grad(g, p, y, pos_weight=np.ones(3, F)), r"pos_weight shape \(3,\) is neither"),
+        (lambda g, p, y: cpu.bce_grad(g, p, y, np.ones(3, F)), r"weight of shape \[3\] does not broadcast to .*\[10\]"),
+        (
+            lambda g, p, y: cpu.bce_grad(g, p, y, pos_weight=np.ones(3, F)),
+            r"pos_weight of shape \[3\] does not broadcast to the input's shape \[10\]",
+        ),
+        (
+            lambda g, p, y: cpu.bce_grad(
+                g.reshape(2, 5), p.reshape(2, 5), y.reshape(2, 5), pos_weight=np.ones((2, 1), F)
+            ),
+            r"pos_weight of shape \[2, 1\] broadcasts to \[2, 5\] as rows; the kernel reads pos_weight",
+        ),
         (lambda g, p, y: cpu.bce_grad(*(a.astype(np.float64) for a in (g, p, y))), "unsupported dtype float64"),
         (lambda g, p, y: cpu.bce_grad(g, p, y, wrt="probability", pos_weight=g), "pos_weight applies to wrt='logit'"),
         (lambda g, p, y: cpu.bce_grad(g, p, y, reduction="avg"), "reduction"),
