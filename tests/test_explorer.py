@@ -105,10 +105,14 @@ def test_every_picture_draws_as_svg_and_png(picture: str) -> None:
         ([], Variant("int16", "none")),  # a scalar tensor: one element
         ([2147483647, 2147483647], Variant("float16", "mean")),  # 2^62 elements: the timeline extrapolates
         ([7, 1000], Variant("bfloat16", "none", True, "last_dim")),
+        ([7, 1000], Variant("float16", "mean", "last_dim", "last_dim")),  # a [C] weight beside a [C] pos_weight
+        ([3000, 2], Variant("float32", "none", "rows")),  # [N, 1]: two elements per weight value
+        ([4096, 0], Variant("float16", "none", "rows")),  # empty, with a rows weight
+        ([33, 9], Variant("int32", "none", "scalar")),
     ],
 )
 def test_edge_shapes_explain_and_draw(shape: list[int], variant: Variant) -> None:
-    t = compute_tiling(shape, variant, TilingParams(), "Ascend910B2")
+    t = compute_tiling(shape, variant, TilingParams(), "Ascend910B2")  # a broadcast weight's period: the last dim
     e = explain(t)
     assert len(e.core_map) == t.block_dim and (e.landscape is None) == (t.n == 0)
     assert all(tl.end_us > 0 and len(tl.spans) <= 3 * 24 for tl in e.timelines)
@@ -266,6 +270,14 @@ def test_the_link_reproduces_the_view(server: Server, browser: object) -> None:
     want = server.post("/tiling", {"soc": "Ascend910B4", "shape": [3, 333333], "dtype": "bfloat16",
                                    "reduction": "none", "weight": False}).json()  # fmt: skip
     assert float(shown) == pytest.approx(want["predicted_us"], abs=5e-5)
+    # a per-class weight typed as its shape: the view is POST /tiling's answer for weight [333333]
+    d.get(server.url + "/explorer?shape=3,333333&dtype=float16&reduction=mean&weight=333333")  # type: ignore[attr-defined]
+    _wait(d, "document.body.getAttribute('data-answered')")
+    want = server.post("/tiling", {"shape": [3, 333333], "dtype": "float16", "reduction": "mean",
+                                   "weight": [333333]}).json()  # fmt: skip
+    assert want["weight"] == "last_dim" and float(text_of(d, "predicted_us")) == pytest.approx(
+        want["predicted_us"], abs=5e-5
+    )
     RUN["browser"] += 1
 
 

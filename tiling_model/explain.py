@@ -177,7 +177,7 @@ def _landscape(t: TilingData, soc: SocProfile) -> Landscape | None:
     """The exact scheme's slice at this tiling's block and BUFFER_NUM (None if that BUFFER_NUM is not
     allowed for the exact kernel or the shape is empty)."""
     v, n, p = t.variant, t.n, t.params
-    kernel = bce_grad_kernel(v, "exact", max(t.fields.posWeightClasses, 1))
+    kernel = bce_grad_kernel(v, "exact", max(t.fields.posWeightClasses, 1), max(t.fields.weightPeriod, 1))
     if n == 0 or p.buffer_num not in kernel.allowed_buffer_nums() or tile_choices(kernel, soc, p.buffer_num).size == 0:
         return None
     scored = score_space(kernel, soc, n, blocks_only=(p.block_bytes,), buffers_only=(p.buffer_num,))
@@ -191,7 +191,7 @@ def _landscape(t: TilingData, soc: SocProfile) -> Landscape | None:
     marks = {"model best": (int(scored.tile_bytes[best]), int(scored.core_num[best]))}
     if t.scheme == "exact":
         marks["this tiling"] = (p.tile_bytes, min(p.core_num, cores[-1]))
-    default = compute_tiling([n], v, TilingParams(), soc, "exact").params
+    default = compute_tiling([n], v, TilingParams(), soc, "exact", t.fields.weightPeriod or None).params
     if (default.block_bytes, default.buffer_num) == (p.block_bytes, p.buffer_num):  # on this slice
         marks["seed default"] = (default.tile_bytes, min(default.core_num, cores[-1]))
     return Landscape(
@@ -223,7 +223,8 @@ def explain(t: TilingData, soc: SocProfile | str | None = None, landscape: bool 
         )
         for c in plans
     )
-    default = compute_tiling([t.n], t.variant, TilingParams(), soc, "exact") if t.n else None
+    period = t.fields.weightPeriod or None
+    default = compute_tiling([t.n], t.variant, TilingParams(), soc, "exact", period) if t.n else None
     notes = []
     past = sum(c.past_end for c in core_map)
     if past:

@@ -34,6 +34,15 @@ function number(text) {
   return /^-?\d+$/.test(t) ? Number(t) : t;
 }
 
+// weight as the API takes it: true / false, a form name, or a shape ("1000", "4096,1", "[]").
+function weightOf(text) {
+  const t = text.trim();
+  if (t === "true" || t === "false") return t === "true";
+  if (t === "[]") return [];
+  if (/^[\d\s,x\[\]-]+$/.test(t)) return t.replace(/[\[\]]/g, "").split(/[,x ]+/).filter((d) => d !== "").map(number);
+  return t === "" ? true : t;
+}
+
 function body() {
   const shape = $("shape").value.trim();
   const req = {
@@ -41,7 +50,7 @@ function body() {
     shape: shape === "" ? [] : shape.split(/[,x ]+/).map(number),
     dtype: $("dtype").value,
     reduction: $("reduction").value,
-    weight: $("weight").checked,
+    weight: weightOf($("weight").value),
     pos_weight: $("pos_weight").value,
     wrt: $("wrt").value,
   };
