@@ -37,6 +37,8 @@ def period(v: Variant, n: int) -> int:
 
 def kernel(v: Variant, n: int) -> ElementwiseKernel:
     return bce_grad_kernel(v, "exact", 1, period(v, n))
+
+
 sizes = st.one_of(st.integers(1, 5000), st.integers(1, 10**6), st.integers(1, 10**10))
 
 
