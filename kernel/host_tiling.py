@@ -81,7 +81,7 @@ def query_host_tiling(
     lines = []
     for call in calls:
         soc_name, v, n = call[:3]
-        period = call[3] if len(call) > 3 else (n if v.weight in ("last_dim", "rows") else 0)  # type: ignore[misc]
+        period = call[3] if len(call) > 3 else (n if v.weight in ("last_dim", "rows") else 0)
         soc = load_soc(soc_name)
         lines.append(
             f"{soc_name} {DTYPE_ID[v.dtype]} {REDUCTION_ID[v.reduction]} {BROADCAST_FORMS.index(v.weight)} "

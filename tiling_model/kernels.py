@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES, Dtype
 from tiling_model.errors import BadRequest
@@ -102,7 +102,7 @@ class ElementwiseKernel:
         """Streams whose every element crosses HBM (the workspace and row operands do not)."""
         return self.streams - self.workspace_inputs - self.row_inputs
 
-    def hbm_bytes(self, n: float) -> float:
+    def hbm_bytes(self, n: Any) -> Any:
         """Bytes a launch over ``n`` elements moves element by element (what L2's footprint and the
         traffic count before per-core rows and scalars): the dense streams, plus n / R values of each
         row operand."""

@@ -156,7 +156,7 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
 def migrate(doc: dict[str, Any], where: str) -> dict[str, Any]:
     """A version 3 document as version 4 (a new dict; the input is left alone): weight true / false
     becomes the form "full" / "none". Everything else is unchanged."""
-    entries = doc.get("entries")
+    entries: Any = doc.get("entries")
     _require(isinstance(entries, list), where, "entries missing or not a list")
     out = []
     for i, e in enumerate(entries):

@@ -310,7 +310,7 @@ def tile_kernel(
     """Tile any elementwise kernel: the BCE front door above, or a generic one for the model
     (whose variant is its dtype with reduction none and no weight)."""
     profile = soc if isinstance(soc, SocProfile) else load_soc(soc)
-    v = variant if variant is not None else Variant(kernel.dtype, "none", weight=False)
+    v = variant if variant is not None else Variant(kernel.dtype, "none", weight="none")
     n = element_count(shape)
     rp = resolve_params(params, kernel, profile, scheme)
     build = _seed_fields if scheme == "seed" else _exact_fields

@@ -92,11 +92,12 @@ class CpuTwinBackend:
             def mk(s: tuple[int, ...], lo: float, hi: float) -> np.ndarray:
                 return np.asarray(rng.integers(-6, 7, s) if is_int else rng.uniform(lo, hi, s)).astype(d)
 
+            w_shape = operand_shape(v.weight, shape, t.fields.weightPeriod)
             self._inputs[key] = {
                 "grad": mk(shape if v.reduction == "none" else (1,), 0.5, 2.0),
                 "logits": mk(shape, 0.02, 0.98),
                 "labels": mk(shape, 0.0, 1.0),
-                "weight": mk(operand_shape(v.weight, shape), 0.25, 4.0) if v.has_weight else None,
+                "weight": None if w_shape is None else mk(w_shape, 0.25, 4.0),
                 "pos_weight": None
                 if v.pos_weight == "none"
                 else mk(shape if v.pos_weight == "full" else shape[-1:], 0.1, 5.0),
@@ -167,7 +168,7 @@ class NpuBackend:
                 "grad": mk(shape if v.reduction == "none" else (1,)),
                 "logits": mk(shape),
                 "labels": mk(shape),
-                "weight": mk(operand_shape(v.weight, shape)) if v.has_weight else None,
+                "weight": mk(operand_shape(v.weight, shape, tiling.fields.weightPeriod)) if v.has_weight else None,
                 "pos_weight": None if v.pos_weight == "none" else mk(shape if v.pos_weight == "full" else shape[-1:]),
             }
         try:

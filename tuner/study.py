@@ -177,7 +177,7 @@ def requirement_tiling(key: StudyKey, soc: SocProfile) -> TilingData | None:
     v = key.variant
     if v.pos_weight != "none" or v.wrt != "logit":
         return None
-    return compute_tiling([key.size], replace(v, weight=True), None, soc, "seed")
+    return compute_tiling([key.size], replace(v, weight="full"), None, soc, "seed")
 
 
 SEED_WAIT_S = 5.0
