@@ -4,6 +4,9 @@ for each form differ from the full weight's by exactly what the kernel reads and
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,3 +113,17 @@ def test_a_rows_weight_costs_one_duplicate_per_row() -> None:
     assert us[1] > us[2] > us[8] > us[1000]
     with pytest.raises(BadRequest, match="period 7 must be >= 1 and divide"):
         compute_tiling([4096, 1000], Variant("float32", "none", "rows"), None, "Ascend910B2", "exact", 7)
+
+
+def test_the_weight_forms_benchmark_prints_a_row_per_form() -> None:
+    """`make bench-weight-forms` smoke test: every shape x form row, each form faster than full + copy."""
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "weight_forms.py"), "--dtypes", "float16"],
+        capture_output=True, text=True, timeout=300, check=True, cwd=root,
+    )  # fmt: skip
+    rows = [line.split("|")[1:-1] for line in r.stdout.splitlines() if line.startswith("| [")]
+    assert len(rows) == 4 * 3 and {row[2].split()[0] for row in rows} == {"last_dim", "rows", "scalar"}
+    for row in rows:
+        full_copy, form = float(row[4]), float(row[5])
+        assert form < full_copy and float(row[8]) > 0, row
