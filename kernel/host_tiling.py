@@ -20,7 +20,7 @@ from pathlib import Path
 from kernel.cpu import build_once, cache_dir
 from tiling_model import BuildError, TilingParams, Variant, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
-from tiling_model.variant import BROADCAST_FORMS, WRT_FORMS
+from tiling_model.variant import BROADCAST_FORMS, PERIODIC_FORMS, WRT_FORMS
 
 CXXFLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror")
 
@@ -81,7 +81,7 @@ def query_host_tiling(
     lines = []
     for call in calls:
         soc_name, v, n = call[:3]
-        period = call[3] if len(call) > 3 else (n if v.weight in ("last_dim", "rows") else 0)
+        period = call[3] if len(call) > 3 else (n if v.weight in PERIODIC_FORMS else 0)
         soc = load_soc(soc_name)
         lines.append(
             f"{soc_name} {DTYPE_ID[v.dtype]} {REDUCTION_ID[v.reduction]} {BROADCAST_FORMS.index(v.weight)} "

@@ -104,8 +104,7 @@ class TilingResolver:
         self._answers[q] = outcome
 
     def _tiling(self, q: Query, params: TilingParams) -> TilingData:
-        period = q.weight_period if q.variant.weight in ("last_dim", "rows") else None
-        return compute_tiling(list(q.shape), q.variant, params, q.soc, "exact", period)
+        return compute_tiling(list(q.shape), q.variant, params, q.soc, "exact", q.weight_period or None)
 
     def _tuned(self, q: Query, n: int) -> tuple[TilingData, str, dict[str, Any]]:
         soc = load_soc(q.soc)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from tiling_model import Dtype, PosWeightForm, Reduction, SocProfile, Variant, Wrt, known_socs, load_soc
 from tiling_model.dtypes import DTYPE_BYTES, INT_DTYPES, UnsupportedError
-from tiling_model.variant import Broadcast, BroadcastForm, broadcast_of, pos_weight_of
+from tiling_model.variant import Broadcast, BroadcastForm, pos_weight_of, weight_spec
 
 if TYPE_CHECKING:
     from service.store import LoadedTable
@@ -145,21 +145,16 @@ class TilingRequest(BaseModel):
 def _weight_of(weight: bool | str | list[int], shape: list[int]) -> Broadcast:
     """The weight's form and period: from its shape (tiling_model.broadcast_of), or a form named with
     the period of a [C] (last_dim) or [..., 1] (rows) weight: the last dim."""
-    if isinstance(weight, bool):
-        return Broadcast("full" if weight else "none")
     if isinstance(weight, list):
+        if len(weight) > MAX_DIMS:
+            raise ValueError(f"weight has {len(weight)} dims; at most {MAX_DIMS}")
         for i, d in enumerate(weight):
             if d < 0 or d > MAX_DIM:
                 raise ValueError(f"weight dimension {i} is {d}, outside 0..{MAX_DIM}")
-        try:
-            return broadcast_of("weight", weight, shape)
-        except UnsupportedError as e:
-            raise ValueError(str(e)) from None
-    if weight in ("last_dim", "rows"):
-        if not shape:
-            raise ValueError(f"weight={weight!r} needs a shape with at least one dim (its period is the last dim)")
-        return Broadcast(weight, shape[-1])  # type: ignore[arg-type]
-    return Broadcast(weight)  # type: ignore[arg-type]
+    try:
+        return weight_spec(weight, shape)
+    except UnsupportedError as e:
+        raise ValueError(str(e)) from None
 
 
 def _pos_weight_of(pos_weight: list[int], shape: list[int]) -> str:

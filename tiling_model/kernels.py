@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 
 from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES, Dtype
 from tiling_model.errors import BadRequest
-from tiling_model.variant import Variant
+from tiling_model.variant import PERIODIC_FORMS, Variant
 
 #: AscendC: at most 8 queue buffers carrying sync events per TPosition on A2/310B
 #: (ascendc-api.md s2.5, "max buffer number in same queue position").
@@ -212,7 +212,7 @@ def bce_grad_kernel(
         return _seed_kernel(variant)
     if variant.pos_weight == "last_dim" and classes < 1:
         raise BadRequest("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
-    if variant.weight in ("last_dim", "rows") and weight_period < 1:
+    if variant.weight in PERIODIC_FORMS and weight_period < 1:
         raise BadRequest(f"weight={variant.weight!r} needs its period >= 1 (elements per row or per value)")
     v, elem = variant, DTYPE_BYTES[variant.dtype]
     widen = v.dtype in FLOAT_DTYPES and elem == 2

@@ -71,7 +71,7 @@ def _fastest_valid(
     kernel = bce_grad_kernel(variant, "exact", classes, weight_period)
     if shape is None:
         shape = [n] if variant.pos_weight != "last_dim" else [max(n // classes, 1), classes]
-    period = weight_period if variant.weight in ("last_dim", "rows") else None
+    period = weight_period or None  # compute_tiling ignores it for a form without one
     best = _best_params(kernel, soc, max(n, 1), blocks_only, buffers_only, seed)
     if best is None:
         return None

@@ -21,7 +21,7 @@ from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype, Redu
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, SCHEMES, ElementwiseKernel, Scheme, bce_grad_kernel
 from tiling_model.soc import SocProfile, load_soc
-from tiling_model.variant import BROADCAST_FORMS, WRT_FORMS, Variant
+from tiling_model.variant import BROADCAST_FORMS, PERIODIC_FORMS, WRT_FORMS, Variant
 
 INT64_MAX = 2**63 - 1
 #: The seed's block granularity and its UB share count (ubDataNumber: 5 tensors).
@@ -276,7 +276,7 @@ def compute_tiling(
         raise TilingError("pos_weight='last_dim' needs a last dim >= 1")
     period = weight_period_of(variant, shape, weight_period)
     try:
-        kernel = bce_grad_kernel(variant, scheme, max(classes, 1), max(period, 1) if period or not n else 0)
+        kernel = bce_grad_kernel(variant, scheme, max(classes, 1), max(period, 1))  # period >= 1 unless empty
     except BadRequest as e:
         raise TilingError(str(e)) from None
     t = tile_kernel(kernel, shape, params, soc, scheme, variant, classes)
@@ -285,7 +285,7 @@ def compute_tiling(
 
 def weight_period_of(variant: Variant, shape: Sequence[int], weight_period: int | None) -> int:
     """The weight's period for the struct: P of last_dim, R of rows (given, else the last dim), else 0."""
-    if variant.weight not in ("last_dim", "rows"):
+    if variant.weight not in PERIODIC_FORMS:
         return 0
     period = weight_period if weight_period is not None else (int(shape[-1]) if len(shape) else 1)
     if isinstance(period, bool) or not isinstance(period, int) or period < 0:

@@ -32,6 +32,8 @@ Wrt = Literal["logit", "probability"]
 BROADCAST_FORMS: tuple[BroadcastForm, ...] = get_args(BroadcastForm)
 #: weight: every form.
 WEIGHT_FORMS: tuple[BroadcastForm, ...] = BROADCAST_FORMS
+#: The forms with a period (P of last_dim, R of rows): the struct's weightPeriod, the model's row length.
+PERIODIC_FORMS: tuple[BroadcastForm, ...] = ("last_dim", "rows")
 #: The weight forms the shipped tables tune; the others are re-fitted from the ``full`` form's bucket.
 TUNED_WEIGHT_FORMS: tuple[BroadcastForm, ...] = ("full", "none")
 #: pos_weight absent, of the input's shape, or [C] along the last dim (rows and scalar: not yet in the kernel).
@@ -157,6 +159,23 @@ def broadcast_of(
         f"{name} of shape {shape} broadcasts to {inp} with stretched dims both before and after kept ones; "
         "the kernel reads full, last_dim ([.., C]), rows ([.., 1]) and scalar forms: materialise this one"
     )
+
+
+def weight_spec(spec: bool | str | list[int] | tuple[int, ...], input_shape: list[int] | tuple[int, ...]) -> Broadcast:
+    """The weight's form and period as a user names it: true / false (full / none), a form (a named
+    last_dim or rows takes the last dim as its period: a [C] or [..., 1] weight), or its shape
+    (``broadcast_of``). UnsupportedError names what is wrong."""
+    if isinstance(spec, bool):
+        return Broadcast("full" if spec else "none")
+    if isinstance(spec, list | tuple):
+        return broadcast_of("weight", spec, input_shape)
+    if spec not in WEIGHT_FORMS:
+        raise UnsupportedError(f"unknown weight form {spec!r}; known: {', '.join(WEIGHT_FORMS)} (or true / false)")
+    if spec in PERIODIC_FORMS:
+        if not len(input_shape):
+            raise UnsupportedError(f"weight={spec!r} needs a shape with at least one dim (its period is the last dim)")
+        return Broadcast(spec, int(input_shape[-1]))
+    return Broadcast(spec)
 
 
 def operand_shape(form: BroadcastForm, shape: tuple[int, ...] | list[int], period: int = 0) -> tuple[int, ...] | None:

@@ -60,7 +60,7 @@ async def _explain(req: TilingRequest, service: ServiceDep) -> tuple[dict[str, A
     key = (req.model_dump_json(), doc["tiling_b64"], doc["soc"])
     e = _explained.get(key)
     if e is None:
-        period = doc["weight_period"] if doc["weight"] in ("last_dim", "rows") else None
+        period = doc["weight_period"] or None
         t = compute_tiling(list(req.shape), req.variant(), TilingParams(**doc["params"]), doc["soc"], "exact", period)
         e = await asyncio.to_thread(explain, t)
         _explained.put(key, e)

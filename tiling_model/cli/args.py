@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeAlias
 
-from tiling_model.variant import POS_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Broadcast, broadcast_of
+from tiling_model.variant import POS_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Broadcast, weight_spec
 
 
 class Parser(argparse.ArgumentParser):
@@ -73,11 +73,8 @@ def parse_weight(text: str) -> str:
 def weight_of(a: argparse.Namespace) -> Broadcast:
     """The weight's form and period: from --weight-shape (as PyTorch broadcasts it), else --weight with the
     period of a [C] (last_dim) or [..., 1] (rows) weight: the last dim."""
-    if getattr(a, "weight_shape", None) is not None:
-        return broadcast_of("weight", a.weight_shape, a.shape)
-    if a.weight in ("last_dim", "rows"):
-        return Broadcast(a.weight, a.shape[-1] if a.shape else 1)
-    return Broadcast(a.weight)
+    shape = getattr(a, "weight_shape", None)
+    return weight_spec(a.weight if shape is None else shape, a.shape)
 
 
 def variant_flags(p: argparse.ArgumentParser) -> None:
