@@ -322,10 +322,13 @@ class SocInfo(BaseModel):
                     "ub_bytes": 196608,
                     "ub_usable_bytes": 188160,
                     "clock_mhz": 1800,
-                    "hbm_gbps": 1263.4,
-                    "hbm_peak_gbps": 1382.4,
+                    "hbm_gbps": 1539.3,
+                    "hbm_peak_gbps": 1600.0,
                     "l2_bytes": 201326592,
-                    "launch_us": 2.78,
+                    "l2_gbps": 2605.0,
+                    "l2_half_bytes": 201326592,
+                    "l2_falloff": 3.29,
+                    "launch_us": 3.08,
                     "profile_hash": "6b1e90a373c3c4eb",
                     "calibrated": True,
                 }
@@ -342,9 +345,12 @@ class SocInfo(BaseModel):
     hbm_gbps: float
     hbm_peak_gbps: float
     l2_bytes: int
+    l2_gbps: float = Field(description="effective bandwidth of L2 hits")
+    l2_half_bytes: float = Field(description="steady-state L2: the footprint at which half the traffic hits")
+    l2_falloff: float = Field(description="steady-state L2: hit share 1 / (1 + (footprint / half) ** falloff)")
     launch_us: float
     profile_hash: str
-    calibrated: bool
+    calibrated: bool = Field(description="fitted to measurements on this SoC (else its values are estimates)")
 
     @classmethod
     def of(cls, p: SocProfile) -> SocInfo:
@@ -358,9 +364,12 @@ class SocInfo(BaseModel):
             hbm_gbps=p.hbm_gbps,
             hbm_peak_gbps=p.hbm_peak_gbps,
             l2_bytes=p.l2_bytes,
+            l2_gbps=p.l2_gbps,
+            l2_half_bytes=p.l2_half_bytes,
+            l2_falloff=p.l2_falloff,
             launch_us=p.launch_us,
             profile_hash=p.profile_hash,
-            calibrated=p.calibration is not None,
+            calibrated=p.calibration is not None and p.calibration.get("measured_on", p.name) == p.name,
         )
 
 

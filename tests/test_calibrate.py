@@ -55,7 +55,8 @@ def test_published_sigmoid_set_median_error_within_10_percent() -> None:
 
 def test_shipped_910b2_profile_is_the_calibrated_one() -> None:
     soc = load_soc("Ascend910B2")
-    assert soc.calibration is not None and soc.calibration["median_abs_rel_error"] < 0.10
+    assert soc.calibration is not None and soc.calibration["measured_on"] == "Ascend910B2"
+    # the whole-data fit predicts the Sigmoid cases (in the steady state they were measured in) within 10%
     errors = [abs(predict_measurement(m, soc) / m.measured_us - 1) for m in read_csv(SIGMOID_CSV, "sigmoid")]
     assert sorted(errors)[len(errors) // 2] < 0.10
 

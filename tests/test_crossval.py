@@ -53,16 +53,71 @@ def test_each_fold_is_fitted_without_the_operator_it_predicts(monkeypatch: pytes
 
 def test_a_fit_recovers_from_a_wrong_profile() -> None:
     cases = [m for m in cv.read_all(DATA, SOC) if m.op == "sigmoid"]
-    wrong = replace(SOC, hbm_gbps=SOC.hbm_gbps / 3, launch_us=12.0)
-    before = np.median(np.abs(cv.errors(cases, wrong, False)))
-    fitted = cv.fit(cases, wrong, ("launch_us", "hbm_gbps", "l2_gbps", "l2_half_mib", "l2_falloff"))
-    profile, l2 = fitted.apply(wrong)
-    after = np.median(np.abs(cv.errors(cases, profile, l2)))
+    wrong = replace(SOC, hbm_gbps=SOC.hbm_gbps / 3, launch_us=12.0, l2_falloff=0.6)
+    before = np.median(np.abs(cv.errors(cases, wrong)))
+    fitted = cv.fit(cases, wrong)
+    after = np.median(np.abs(cv.errors(cases, fitted.apply(wrong))))
     assert after < before / 3 and after < 0.15
     assert fitted.values["hbm_gbps"] <= SOC.hbm_peak_gbps and fitted.values["l2_gbps"] <= SOC.l2_peak_gbps
+    assert fitted.values["l2_half_bytes"] <= SOC.l2_bytes
+
+
+def test_a_parameter_that_is_no_profile_field_is_refused() -> None:
+    cases = [m for m in cv.read_all(DATA, SOC) if m.op == "sigmoid"]
+    with pytest.raises(CalibrationError, match="cannot fit l2_half_mib"):
+        cv.fit(cases, SOC, ("launch_us", "l2_half_mib"))
 
 
 def test_the_steady_l2_share_falls_with_the_footprint() -> None:
     l2 = SteadyL2(half_bytes=64 * 2**20, falloff=3.0)
     hits = l2.hit(np.array([1e6, 64 * 2**20, 1e9]))
     assert hits[0] > 0.99 and abs(hits[1] - 0.5) < 1e-12 and hits[2] < 0.01
+
+
+def test_the_shipped_profile_is_the_fit_on_the_shipped_data() -> None:
+    """tiling_model/socs/Ascend910B2.json holds what `calibrate --write` fits on data/calibration (no LOO
+    here: the same fit, the same numbers), and its in-sample median is the one it records."""
+    cal = cv.calibrate_all(DATA, SOC, loo=False)
+    assert cal.fitted.values == pytest.approx(SOC.calibration["fitted"], rel=1e-3)  # type: ignore[index]
+    for p, v in SOC.calibration["fitted"].items():  # type: ignore[index]
+        assert getattr(SOC, p) == v
+    assert SOC.vector_cycle_scale == 1.0
+    median = cv.report(cal.cases, cal.in_sample)["overall"]["median"]
+    assert median == pytest.approx(SOC.calibration["median"], abs=2e-3)  # type: ignore[index]
+    assert SOC.calibration["loo_median"] >= median  # type: ignore[index]
+
+
+def test_other_socs_carry_the_fit_by_their_peaks_and_l2_size() -> None:
+    fitted = cv.Fitted(dict(SOC.calibration["fitted"]))  # type: ignore[index]
+    for name in ("Ascend910B1", "Ascend910B3", "Ascend910B4", "Ascend310B1"):
+        other = load_soc(name)
+        assert other.launch_us == fitted.values["launch_us"]
+        assert other.hbm_gbps == pytest.approx(
+            min(fitted.values["hbm_gbps"] * other.hbm_peak_gbps / SOC.hbm_peak_gbps, other.hbm_peak_gbps), abs=1e-3
+        )
+        assert other.l2_half_bytes == pytest.approx(
+            fitted.values["l2_half_bytes"] * other.l2_bytes / SOC.l2_bytes, abs=1
+        )
+        assert other.hbm_gbps <= other.hbm_peak_gbps and other.l2_gbps <= other.l2_peak_gbps
+        assert "EST" in other.sources["hbm_gbps"] and other.calibration["measured_on"] == SOC.name  # type: ignore[index]
+
+
+def test_the_default_l2_state_is_the_profiles_steady_state() -> None:
+    from tiling_model.cost import predict
+    from tiling_model.tiling import compute_tiling
+    from tiling_model.variant import Variant
+
+    for n in (1 << 16, 1 << 22, 1 << 26, 1 << 29):
+        t = compute_tiling([n], Variant("float32", "none"))
+        curve = SteadyL2(SOC.l2_half_bytes, SOC.l2_falloff)
+        assert predict(t) == predict(t, SOC, curve)
+        assert predict(t, SOC, True) <= predict(t) <= predict(t, SOC, False)
+
+
+def test_the_scatter_plot_is_drawn(tmp_path: Path) -> None:
+    from tiling_model.calibration_plot import calibration_scatter
+
+    cases = cv.read_all(DATA, SOC)
+    out = tmp_path / "s.png"
+    calibration_scatter(cases, cv.errors(cases, SOC), out, "in sample")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000

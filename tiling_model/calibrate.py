@@ -2,8 +2,10 @@
 
 Free parameters: ``launch_us`` (fixed per launch), ``core_start_us`` (per core before its
 first copy), ``hbm_gbps`` (aggregate HBM bandwidth) and ``l2_gbps`` (aggregate bandwidth of
-L2 hits, used where the measurement left L2 warm). They are fitted by least squares on the
-log of predicted over measured time, so a 10% miss weighs the same at 5 us and at 500 us.
+L2 hits, used where the measurement left L2 warm or in the steady state of repeated launches).
+They are fitted by least squares on the log of predicted over measured time, so a 10% miss
+weighs the same at 5 us and at 500 us. (``tiling_model.crossval`` fits the shipped profiles on
+every measured operator; this module fits your own measurements of one kernel.)
 
 Inputs: CSV files in the calibration-set format (``case,shape,dtype,...,measured_device_us``,
 one named kernel per file) and JSON-lines measurement records (one object per line:
@@ -24,10 +26,13 @@ from scipy.optimize import least_squares
 
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel, elementwise_kernel
+from tiling_model.simulate import L2State
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams, element_count, params_from_dict, tile_kernel
 from tiling_model.variant import Variant
 
+#: A record's ``l2`` (the tuner's NPU backend flushes L2 between repetitions: cold).
+RECORD_L2: dict[str, L2State] = {"warm": True, "cold": False, "steady": "steady"}
 FREE_PARAMS = ("launch_us", "core_start_us", "hbm_gbps", "l2_gbps")
 BOUNDS = {
     "launch_us": (0.0, 50.0),
@@ -50,7 +55,7 @@ class CalibrationCase:
     shape: tuple[int, ...]
     params: TilingParams
     measured_us: float
-    warm_l2: bool
+    warm_l2: L2State  # the L2 state the measurement saw (simulate.L2State)
 
 
 def named_kernel(name: str, dtype: str) -> ElementwiseKernel:
@@ -60,7 +65,7 @@ def named_kernel(name: str, dtype: str) -> ElementwiseKernel:
     return elementwise_kernel(dtype, inputs, outputs, ops, name=name)
 
 
-def read_csv(path: Path, kernel_name: str, warm_l2: bool = True) -> list[CalibrationCase]:
+def read_csv(path: Path, kernel_name: str, warm_l2: L2State = "steady") -> list[CalibrationCase]:
     """Calibration-set CSV: shape as ``AxBxC``, dtype, and ``measured_device_us``."""
     out = []
     try:
@@ -117,7 +122,7 @@ def read_jsonl(path: Path) -> list[CalibrationCase]:
             element_count(shape)
             params = params_from_dict(rec.get("params"))
             us = float(rec["measured_us"])
-            warm = {"warm": True, "cold": False}[rec.get("l2", "cold")]
+            warm = RECORD_L2[rec.get("l2", "cold")]
         except json.JSONDecodeError as e:
             raise CalibrationError(f"{where}: not valid JSON ({e.msg})") from None
         except (KeyError, ValueError, TypeError) as e:

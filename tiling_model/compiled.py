@@ -28,6 +28,7 @@ from numba import njit  # noqa: E402
 from tiling_model.kernels import ElementwiseKernel  # noqa: E402
 from tiling_model.simulate import (  # noqa: E402
     BOUND_SLACK,
+    DEFAULT_L2,
     DUP_CYCLES,
     GM_ALIGN_BYTES,
     PERIOD,
@@ -36,6 +37,7 @@ from tiling_model.simulate import (  # noqa: E402
     REPEAT_BYTES,
     WARMUP,
     _curve,
+    l2_hit,
 )
 from tiling_model.soc import SocProfile  # noqa: E402
 from tiling_model.space import TIE_DECIMALS, TILE_STEP_BYTES  # noqa: E402
@@ -49,7 +51,7 @@ class Consts:
     # row_inputs, row_len, row_expand_bytes, hbm_streams
     kernel: np.ndarray
     ops: np.ndarray  # (k, 2): operand bytes, cycles per repeat
-    soc: np.ndarray  # launch, core_start, vector_start_cycles, clock, misaligned, hbm, l2, hbm_peak, l2_peak
+    soc: np.ndarray  # launch, core_start, vector_start_cycles, vector_mhz, misaligned, hbm, l2, hbm_peak, l2_peak
     mte2: np.ndarray  # (p, 2) curve points in bytes, us
     mte3: np.ndarray
     curve_tail: np.ndarray  # mte2 slope, mte2 fixed, mte3 slope, mte3 fixed
@@ -81,7 +83,7 @@ def consts(kernel: ElementwiseKernel, soc: SocProfile) -> Consts:
             soc.launch_us,
             soc.core_start_us,
             soc.vector_start_cycles,
-            soc.clock_mhz,
+            soc.vector_mhz,
             soc.misaligned_bw_factor,
             soc.hbm_gbps,
             soc.l2_gbps,
@@ -408,8 +410,9 @@ def _config_floor(counts: tuple, tiles: tuple, tail: tuple, te: int, bn: int, f:
 @njit(cache=True)
 def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, k: np.ndarray, ops: np.ndarray,
            s: np.ndarray, mte2: np.ndarray, mte3: np.ndarray, ct: np.ndarray, seed_block: int, seed_tile: int,
-           seed_cores: int) -> tuple[int, int, int, float]:  # fmt: skip
-    """The fastest (block, tile, cores) of one buffer count at ``n`` elements (cold L2), ``blocks`` in
+           seed_cores: int, hit: float) -> tuple[int, int, int, float]:  # fmt: skip
+    """The fastest (block, tile, cores) of one buffer count at ``n`` elements (``hit``: the share of the
+    traffic that hits L2, a function of n only), ``blocks`` in
     descending order, tiles TILE_STEP_BYTES, 2 * TILE_STEP_BYTES, ... up to ``top_tiles`` of them, with
     ScoredSpace.best_index's tie-break (predictions rounded to 1e-9 us; then the larger tile, more cores,
     the larger block).
@@ -435,7 +438,7 @@ def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, 
     for bi in range(nb):
         cores_max[bi] = min(max_cores, max(-(-n * elem // blocks[bi]), 1))
     top_cores = cores_max.max()
-    agg = 1.0 / ((1.0 - 0.0) / s[5] + 0.0 / s[6])
+    agg = 1.0 / ((1.0 - hit) / s[5] + hit / s[6])
     vfix = 0.0
     vper = 0.0
     for i in range(ops.shape[0]):
@@ -471,7 +474,7 @@ def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, 
         if (blocks[bi] == seed_block and 1 <= seed_cores <= cores_max[bi] and seed_tile >= TILE_STEP_BYTES
                 and seed_tile % TILE_STEP_BYTES == 0 and seed_tile <= top_tiles * TILE_STEP_BYTES):  # fmt: skip
             counts, elems, tiles, tail, aligned, bd = _kinds(n, elem, seed_block, seed_tile, seed_cores)
-            seed_us = _evaluate(counts, elems, tiles, tail, aligned, seed_tile // elem, bn, bd, 0.0, k, ops, s, mte2,
+            seed_us = _evaluate(counts, elems, tiles, tail, aligned, seed_tile // elem, bn, bd, hit, k, ops, s, mte2,
                                 mte3, ct, True, -1.0)[0]  # fmt: skip
     seed_tie = seed_us + 1.0 / 10.0**TIE_DECIMALS  # more than a tie's width above the seed: the seed beats it
     best_us = np.inf
@@ -559,7 +562,7 @@ def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, 
             gap = PRUNE_MARGIN_US + 1e-9 * abs(linear)
             if linear - gap >= best_us or linear - gap > seed_tie:
                 continue
-            r = _evaluate(counts, elems, tiles, tail, aligned, te, bn, c, 0.0, k, ops, s, mte2, mte3, ct, False,
+            r = _evaluate(counts, elems, tiles, tail, aligned, te, bn, c, hit, k, ops, s, mte2, mte3, ct, False,
                           full_vec)  # fmt: skip
             slack = PRUNE_MARGIN_US + PRUNE_RELATIVE * r[8]  # the bound is the chain's to float rounding
             if r[8] - slack >= best_us or r[8] - slack > seed_us:
@@ -567,7 +570,7 @@ def _refit(n: int, blocks: np.ndarray, bn: int, top_tiles: int, max_cores: int, 
             if r[9]:
                 us = r[8]
             else:
-                us = _evaluate(counts, elems, tiles, tail, aligned, te, bn, c, 0.0, k, ops, s, mte2, mte3, ct, True,
+                us = _evaluate(counts, elems, tiles, tail, aligned, te, bn, c, hit, k, ops, s, mte2, mte3, ct, True,
                                full_vec)[0]  # fmt: skip
             key = np.round(us, TIE_DECIMALS)
             if key < best_key:
@@ -587,7 +590,7 @@ def refit_choice(
     seed: tuple[int, int, int] | None = None,
 ) -> tuple[int, int, int, float]:
     """(block_bytes, tile_bytes, core_num, predicted us) of the model's best configuration with one of
-    these block sizes and this buffer count at ``n`` elements, L2 cold: what ``space.score_space(...,
+    these block sizes and this buffer count at ``n`` elements, in the default L2 state: what ``space.score_space(...,
     blocks_only=blocks, buffers_only=(bn,)).best_index()`` picks; ``seed`` (block, tile, cores) only
     speeds the search up. ``tile_choices`` must be ``space.tile_choices``'s (TILE_STEP_BYTES multiples
     from one step up); (-1, -1, -1, inf) if it is empty."""
@@ -601,8 +604,9 @@ def refit_choice(
     c = consts(kernel, soc)
     order = np.array(sorted(set(blocks), reverse=True), dtype=np.int64)
     seed_block, seed_tile, seed_cores = seed if seed is not None else (0, 0, 0)
+    hit = float(l2_hit(kernel, soc, np.array([n]), DEFAULT_L2)[0])
     block, tile, cores, us = _refit(n, order, bn, top, soc.aiv_cores, c.kernel, c.ops, c.soc, c.mte2, c.mte3,
-                                    c.curve_tail, seed_block, seed_tile, seed_cores)  # fmt: skip
+                                    c.curve_tail, seed_block, seed_tile, seed_cores, hit)  # fmt: skip
     return int(block), int(tile), int(cores), float(us)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model.simulate import GM_ALIGN_BYTES, CoreKinds, L2State, l2_hit, simulate
+from tiling_model.simulate import DEFAULT_L2, GM_ALIGN_BYTES, CoreKinds, L2State, l2_hit, simulate
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 
@@ -99,7 +99,7 @@ def exact_bytes_moved(t: TilingData, k: CoreKinds) -> int:
     return (dense + rows) * t.elem_bytes + scalar + t.block_dim * kernel.workspace_inputs * kernel.row_bytes
 
 
-def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = False) -> Prediction:
+def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = DEFAULT_L2) -> Prediction:
     """The prediction of one tiling and where its time goes: compiled (``tiling_model.compiled``) once
     the process has warmed it up, else ``simulate``; the same arithmetic, tests/test_compiled.py
     compares them to the bit."""
@@ -140,6 +140,6 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2Stat
     )
 
 
-def predict(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = False) -> float:
+def predict(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = DEFAULT_L2) -> float:
     """Predicted kernel time of ``t`` in microseconds (0 for an empty tensor: no launch)."""
     return predict_detail(t, soc, warm_l2).predicted_us

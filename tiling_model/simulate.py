@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -60,9 +61,11 @@ class SteadyL2:
         return 1.0 / (1.0 + ratio**self.falloff)
 
 
-#: The L2 state a prediction assumes: False = cold (first touch, all HBM), True = warm (the share of
-#: the footprint that fits in L2 hits), or a fitted steady state.
-L2State = bool | SteadyL2
+#: The L2 state a prediction assumes: "steady" (the default: the SoC profile's fitted steady state of
+#: repeated launches, what profilers report), False = cold (first touch, all HBM), True = warm (the
+#: share of the footprint that fits in L2 hits), or an explicit steady-state curve (fitting).
+L2State = bool | SteadyL2 | Literal["steady"]
+DEFAULT_L2: L2State = "steady"
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ def vector_us(kernel: ElementwiseKernel, elems: np.ndarray, soc: SocProfile) -> 
         r = float(kernel.row_len)
         dup = soc.vector_start_cycles + np.ceil(np.minimum(r, e) * kernel.row_expand_bytes / REPEAT_BYTES) * DUP_CYCLES
         cycles += kernel.row_inputs * row_values(e, r) * dup
-    return np.where(e > 0, cycles / soc.clock_mhz, 0.0)
+    return np.where(e > 0, cycles / soc.vector_mhz, 0.0)
 
 
 def row_values(elems: np.ndarray, row_len: float) -> np.ndarray:
@@ -229,6 +232,8 @@ def _pipeline_fixed_bn(
 def l2_hit(kernel: ElementwiseKernel, soc: SocProfile, n: np.ndarray, warm_l2: L2State) -> np.ndarray:
     """The share of each launch's traffic (n elements per launch) that hits L2 in the given state."""
     footprint = kernel.hbm_bytes(np.asarray(n, dtype=float))
+    if warm_l2 == "steady":
+        return SteadyL2(soc.l2_half_bytes, soc.l2_falloff).hit(footprint)
     if isinstance(warm_l2, SteadyL2):
         return warm_l2.hit(footprint)
     if warm_l2:
@@ -315,7 +320,7 @@ def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarr
 
 
 def simulate(
-    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State = False
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State = DEFAULT_L2
 ) -> BatchResult:
     """Predict M tilings of one kernel; ``n`` is the element count per tiling."""
     return _schedule(k, _costs(kernel, k, soc, n, warm_l2), soc)
@@ -358,7 +363,7 @@ class Bounded:
 
 
 def bounds_us(
-    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State = False
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State = DEFAULT_L2
 ) -> tuple[np.ndarray, np.ndarray]:
     """A lower bound on ``simulate(...).predicted_us`` per tiling without the pipeline schedule, and
     where that bound *is* the prediction, to the bit. Cheap enough to bound a whole space and simulate

@@ -42,9 +42,21 @@ class SocProfile:
     launch_us: float
     core_start_us: float
     misaligned_bw_factor: float
+    # Fitted on measured operators (tiling_model.crossval): MSKPP's cycles per repeat are issue rates of
+    # one instruction; a kernel's chain of dependent instructions retires slower by this factor (>= 1).
+    vector_cycle_scale: float
+    # The steady state of repeated launches: the share of a launch's traffic that hits L2 is
+    # 1 / (1 + (footprint / l2_half_bytes) ** l2_falloff) (simulate.SteadyL2).
+    l2_half_bytes: float
+    l2_falloff: float
     sources: dict[str, str] = field(compare=False, hash=False)
     calibration: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     profile_hash: str = field(default="", compare=False)
+
+    @property
+    def vector_mhz(self) -> float:
+        """MSKPP cycles retired per microsecond: the clock over the fitted chain factor."""
+        return self.clock_mhz / self.vector_cycle_scale
 
     @property
     def ub_usable_bytes(self) -> int:

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling_model.kernels import ElementwiseKernel
-from tiling_model.simulate import PRUNE_MARGIN_US, PRUNE_RELATIVE, BatchResult, Bounded, L2State, kinds_exact, simulate
+from tiling_model.simulate import (
+    DEFAULT_L2,
+    PRUNE_MARGIN_US,
+    PRUNE_RELATIVE,
+    BatchResult,
+    Bounded,
+    L2State,
+    kinds_exact,
+    simulate,
+)
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams
 
@@ -86,7 +95,7 @@ def score_space(
     kernel: ElementwiseKernel,
     soc: SocProfile,
     n: int,
-    warm_l2: L2State = False,
+    warm_l2: L2State = DEFAULT_L2,
     blocks_only: tuple[int, ...] | None = None,
     buffers_only: tuple[int, ...] | None = None,
     top: int | None = None,

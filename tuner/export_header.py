@@ -93,12 +93,14 @@ def _soc_model(i: int, soc: SocProfile) -> tuple[list[str], str]:
             "launch_us",
             "core_start_us",
             "vector_start_cycles",
-            "clock_mhz",
+            "vector_mhz",
             "misaligned_bw_factor",
             "hbm_gbps",
             "l2_gbps",
             "hbm_peak_gbps",
             "l2_peak_gbps",
+            "l2_half_bytes",
+            "l2_falloff",
         )
     )
     head = f'"{soc.name}", {soc.aiv_cores}, {soc.ub_bytes}, {soc.ub_reserve_bytes}'

@@ -61,8 +61,11 @@ def calibration_summary(soc: SocProfile) -> dict[str, Any] | None:
     cal = soc.calibration
     if not cal:
         return None
-    keys = ("data", "cases", "median_abs_rel_error", "worst_abs_rel_error", "fitted")
-    return {k: cal[k] for k in keys if k in cal}
+    keys = ("measured_on", "data", "cases", "operators", "median", "loo_median", "loo_p90", "fitted")
+    out = {k: cal[k] for k in keys if k in cal}
+    if "median" not in out and "median_abs_rel_error" in cal:  # a profile fitted to your own records
+        out["median"] = cal["median_abs_rel_error"]
+    return out
 
 
 def software_versions(backend: str) -> dict[str, str]:

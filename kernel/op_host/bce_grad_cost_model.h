@@ -50,12 +50,14 @@ struct SocModel {
     double launchUs;
     double coreStartUs;
     double vectorStartCycles;
-    double clockMhz;
+    double vectorMhz;  // MSKPP cycles retired per us: the clock over the fitted chain factor
     double misalignedFactor;
     double hbmGbps;
     double l2Gbps;
     double hbmPeakGbps;
     double l2PeakGbps;
+    double l2HalfBytes;  // the steady-state L2 curve: hit = 1 / (1 + (footprint / half) ^ falloff)
+    double l2Falloff;
     Curve mte2;
     Curve mte3;
 };
@@ -187,7 +189,7 @@ inline double VectorUs(double elems, const KernelModel& k, const SocModel& s) {
                                      static_cast<double>(kRepeatBytes)) * kDupCycles;
         cycles += static_cast<double>(k.rowInputs) * RowValues(elems, r) * dup;
     }
-    return cycles / s.clockMhz;
+    return cycles / s.vectorMhz;
 }
 
 struct Stage {
@@ -280,8 +282,17 @@ inline double TrafficUs(const Kinds& kd, const KernelModel& k, const SocModel& s
     return bytes / (agg * 1e3 * misaligned);
 }
 
-/** Cold-L2 aggregate bandwidth, as compiled._refit computes it. */
-inline double ColdAggregate(const SocModel& s) { return 1.0 / ((1.0 - 0.0) / s.hbmGbps + 0.0 / s.l2Gbps); }
+/** The share of a launch's traffic over n elements that hits L2 in the steady state of repeated launches
+ *  (simulate.SteadyL2 on ElementwiseKernel.hbm_bytes): the L2 state every prediction assumes. */
+inline double SteadyHit(const KernelModel& k, const SocModel& s, int64_t n) {
+    const double nn = static_cast<double>(n);
+    const double rows = k.rowInputs > 0 ? static_cast<double>(k.rowInputs) * (nn / static_cast<double>(k.rowLen)) : 0.0;
+    const double footprint = (static_cast<double>(k.HbmStreams()) * nn + rows) * static_cast<double>(k.elemBytes);
+    return 1.0 / (1.0 + std::pow(footprint / s.l2HalfBytes, s.l2Falloff));
+}
+
+/** The aggregate bandwidth with this L2 hit share, as compiled._refit computes it. */
+inline double Aggregate(const SocModel& s, double hit) { return 1.0 / ((1.0 - hit) / s.hbmGbps + hit / s.l2Gbps); }
 
 struct Prediction {
     double us;       // the prediction (exact) or the lower bound (bounded only)
@@ -289,11 +300,12 @@ struct Prediction {
     bool certain;    // the lower bound is the prediction
 };
 
-/** compiled._evaluate, cold L2: exact simulates every core kind; else only the bounds are computed. */
+/** compiled._evaluate (``hit``: the L2 hit share): exact simulates every core kind; else only the bounds
+ *  are computed. */
 inline Prediction Evaluate(const Kinds& kd, int64_t te, int64_t bn, const KernelModel& k, const SocModel& s,
-                           bool exact, double fullVec) {
+                           bool exact, double fullVec, double hit) {
     const double active = static_cast<double>(std::max<int64_t>(kd.cores, 1));
-    const double agg = 1.0 / ((1.0 - 0.0) / s.hbmGbps + 0.0 / s.l2Gbps);
+    const double agg = Aggregate(s, hit);
     const double share = agg / active;
     const double l2Share = s.l2Gbps / active;
     const double rowUs = static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0);
@@ -389,8 +401,8 @@ public:
                 fixed += s.vectorStartCycles;
                 perElem += k.ops[i].operandBytes / static_cast<double>(kRepeatBytes) * k.ops[i].cyclesPerRepeat;
             }
-            fixed /= s.clockMhz;
-            perElem /= s.clockMhz;
+            fixed /= s.vectorMhz;
+            perElem /= s.vectorMhz;
         }
     };
 
@@ -509,7 +521,8 @@ inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t 
     const int64_t tiles = std::min(tileTop / kTileStepBytes, kMaxTiles);
     if (n <= 0 || nBlocks <= 0 || nBlocks > kMaxBlocks || tiles < 1) return best;
     const int64_t elem = k.elemBytes;
-    const double agg = ColdAggregate(s);
+    const double hit = SteadyHit(k, s, n);
+    const double agg = Aggregate(s, hit);
     const CoreBound::VectorFloor vecFloor(k, s);
     const double rows = k.rowInputs > 0 ? static_cast<double>(k.rowInputs) * (static_cast<double>(n) / static_cast<double>(k.rowLen)) : 0.0;
     const double fixedBytes = (static_cast<double>(k.HbmStreams()) * static_cast<double>(n) + rows) * static_cast<double>(elem) +
@@ -536,7 +549,7 @@ inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t 
     for (int b = 0; b < nBlocks; ++b) {
         if (blocks[b] == seedBlock && 1 <= seedCores && seedCores <= coresMax[b] && seedTile >= kTileStepBytes &&
             seedTile % kTileStepBytes == 0 && seedTile <= tiles * kTileStepBytes) {
-            seedUs = Evaluate(KindsOf(n, elem, seedBlock, seedTile, seedCores), seedTile / elem, bn, k, s, true, -1.0).us;
+            seedUs = Evaluate(KindsOf(n, elem, seedBlock, seedTile, seedCores), seedTile / elem, bn, k, s, true, -1.0, hit).us;
         }
     }
     const double seedTie = seedUs + 1.0 / kTieScale;  // more than a tie's width above the seed: the seed beats it
@@ -597,12 +610,12 @@ inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t 
             const double linear = w.floors[b][c].ConfigUs(kd, te);
             const double gap = kPruneMarginUs + 1e-9 * std::fabs(linear);
             if (linear - gap >= bestUs || linear - gap > seedTie) continue;
-            const Prediction bound = Evaluate(kd, te, bn, k, s, false, fullVec);
+            const Prediction bound = Evaluate(kd, te, bn, k, s, false, fullVec, hit);
             if (stats) ++stats->bounded;
             const double slack = kPruneMarginUs + kPruneRelative * bound.lower;
             if (bound.lower - slack >= bestUs || bound.lower - slack > seedUs) continue;
             if (stats && !bound.certain) ++stats->simulated;
-            const double us = bound.certain ? bound.lower : Evaluate(kd, te, bn, k, s, true, fullVec).us;
+            const double us = bound.certain ? bound.lower : Evaluate(kd, te, bn, k, s, true, fullVec, hit).us;
             const double key = TieKey(us);
             if (key < bestKey) {
                 bestKey = key;

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeAlias
 
+from tiling_model.simulate import L2State
 from tiling_model.variant import POS_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Broadcast, weight_spec
 
 
@@ -95,3 +96,15 @@ def knob_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--buffer-num", type=int)
     p.add_argument("--tile-bytes", type=int)
     p.add_argument("--core-num", type=int)
+
+
+L2_CHOICES = ("steady", "cold", "warm")
+L2_HELP = (
+    "L2 state of the prediction: steady (default: repeated launches, what profilers report; the SoC "
+    "profile's fitted curve), cold (first touch, all HBM) or warm (all that fits in L2 hits)"
+)
+
+
+def l2_state(name: str) -> L2State:
+    """The simulator's L2 state for a ``--l2`` choice."""
+    return {"steady": "steady", "cold": False, "warm": True}[name]  # type: ignore[return-value]

@@ -9,7 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from tiling_model.calibrate import NAMED_KERNELS, calibrate, read_csv, read_jsonl
-from tiling_model.cli.args import SubParsers, csv_of, knob_flags, parse_shape, positive_int, variant_flags, weight_of
+from tiling_model.cli.args import (
+    L2_CHOICES,
+    L2_HELP,
+    SubParsers,
+    csv_of,
+    knob_flags,
+    l2_state,
+    parse_shape,
+    positive_int,
+    variant_flags,
+    weight_of,
+)
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
 from tiling_model.errors import BadRequest
@@ -33,21 +44,36 @@ def add_model_commands(sub: SubParsers) -> None:
     variant_flags(p)
     knob_flags(p)
     p.add_argument("--scheme", default="exact", choices=SCHEMES)
-    p.add_argument("--l2", choices=("cold", "warm"), default="cold")
+    p.add_argument("--l2", choices=L2_CHOICES, default="steady", help=L2_HELP)
     p.add_argument("--best", action="store_true", help="also score the whole space and show the model's best")
     p.add_argument("--json", action="store_true")
 
-    c = sub.add_parser("calibrate", help="fit the model's free parameters to measured times")
-    c.add_argument("--soc", required=True)
-    c.add_argument(
-        "--data", type=Path, action="append", required=True, help="calibration CSV or JSON-lines records (repeatable)"
+    c = sub.add_parser(
+        "calibrate",
+        help="fit the model's per-SoC hardware parameters: on the shipped measurements (default; prints the "
+        "leave-one-operator-out table) or on your own (--data)",
     )
+    c.add_argument("--soc", default="Ascend910B2", help="the SoC the measurements were taken on")
+    c.add_argument(
+        "--data",
+        type=Path,
+        action="append",
+        help="your calibration CSV or JSON-lines records (repeatable); without it: the shipped data/calibration",
+    )
+    c.add_argument("--calibration-dir", type=Path, default=Path("data/calibration"), help="the shipped measurements")
+    c.add_argument("--no-loo", action="store_true", help="skip the leave-one-operator-out folds (~1 min)")
+    c.add_argument(
+        "--write",
+        action="store_true",
+        help="write the fitted profile and the other SoCs' derived estimates into tiling_model/socs (then re-sweep)",
+    )
+    c.add_argument("--scatter", type=Path, help="also draw predicted vs measured (log-log PNG) here")
     c.add_argument("--kernel", default="sigmoid", choices=sorted(NAMED_KERNELS), help="kernel the CSV files time")
     c.add_argument(
         "--csv-l2",
-        choices=("warm", "cold"),
-        default="warm",
-        help="L2 state of the CSV measurements (CANN-Bench repeats after one flush: warm)",
+        choices=L2_CHOICES,
+        default="steady",
+        help="L2 state of the CSV measurements (CANN-Bench repeats launches after one flush: steady)",
     )
     c.add_argument("--out", type=Path, help="write the refitted profile here (load it via $BCETUNE_PROFILES)")
     c.add_argument("--json", action="store_true")
@@ -89,7 +115,7 @@ def _predict(a: argparse.Namespace) -> int:
     variant = _variant(a) if a.kernel == "bce_grad" else None
     classes = a.shape[-1] if variant is not None and variant.pos_weight == "last_dim" and a.shape else 0
     t = tile_kernel(kernel, a.shape, params, soc, a.scheme, variant, classes)
-    warm = a.l2 == "warm"
+    warm = l2_state(a.l2)
     doc: dict[str, Any] = {
         "soc": soc.name,
         "kernel": kernel.name,
@@ -130,13 +156,15 @@ def _predict(a: argparse.Namespace) -> int:
 
 
 def _calibrate(a: argparse.Namespace) -> int:
+    if not a.data:
+        return _calibrate_shipped(a)
     soc = load_soc(a.soc)
     data = []
     for path in a.data:
         if path.suffix in (".jsonl", ".json"):
             data += read_jsonl(path)
         else:
-            data += read_csv(path, a.kernel, a.csv_l2 == "warm")
+            data += read_csv(path, a.kernel, l2_state(a.csv_l2))
     result = calibrate(soc, data)
     summary = result.as_dict()
     if a.out:
@@ -185,33 +213,80 @@ def _plot(a: argparse.Namespace) -> int:
     return 0
 
 
+def _print_report(name: str, r: dict[str, Any]) -> None:
+    print(f"\n{name}")
+    groups = {"all": r["overall"], **r["by_operator"], **r["by_traffic"]}
+    for label, st in groups.items():
+        if st["cases"]:
+            print(
+                f"  {label:<14} {st['cases']:>4}  {100 * st['median']:6.1f}% {100 * st['p90']:6.1f}% "
+                f"{100 * st['worst']:6.1f}%  bias {100 * st['bias']:+6.1f}%"
+            )
+
+
+def _calibrate_shipped(a: argparse.Namespace) -> int:
+    from tiling_model import crossval as cv
+
+    soc = load_soc(a.soc)
+    cal = cv.calibrate_all(a.calibration_dir, soc, loo=not a.no_loo)
+    files = [str(a.calibration_dir / f) for f in ("sigmoid_910b2.csv", "cannbench_910b2_elementwise.csv")]
+    summary = cal.summary(files)
+    reports = {"fit on every operator (in sample)": cv.report(cal.cases, cal.in_sample)}
+    if cal.held_out is not None:
+        reports["leave-one-operator-out (each operator predicted by a fit on the others)"] = cv.report(
+            cal.cases, cal.held_out
+        )
+    if a.json:
+        folds = {op: f.values for op, f in cal.folds.items()}
+        print(json.dumps({"soc": soc.name, "fitted": cal.fitted.values, "reports": reports, "folds": folds}, indent=2))
+    else:
+        print(f"{soc.name}: {len(cal.cases)} measured calls ({summary['cases']} primary) from {a.calibration_dir}")
+        print("fitted: " + ", ".join(f"{k}={v:g}" for k, v in cal.fitted.values.items()))
+        print("|error| of predicted vs measured, primary cases: median / p90 / worst (bias: median signed error)")
+        for name, r in reports.items():
+            _print_report(name, r)
+        for op, f in cal.folds.items():
+            print(f"fit without {op}: " + ", ".join(f"{k}={v:g}" for k, v in f.values.items()))
+    if a.scatter:
+        from tiling_model.calibration_plot import calibration_scatter
+
+        errs = cal.held_out if cal.held_out is not None else cal.in_sample
+        calibration_scatter(cal.cases, errs, a.scatter, "held out" if cal.held_out is not None else "in sample")
+        print(f"wrote {a.scatter}")
+    if a.write:
+        if cal.held_out is None:
+            raise BadRequest("--write records the cross-validation error in the profiles: drop --no-loo")
+        from tiling_model.soc import _profile_dir
+
+        out_dir = Path(str(_profile_dir()))
+        for name in known_socs():
+            doc = cv.profile_document(load_soc(name), cal.measured, cal.fitted, summary)
+            (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+            print(f"wrote {out_dir / (name + '.json')}")
+    return 0
+
+
 def _crossval(a: argparse.Namespace) -> int:
     from tiling_model import crossval as cv
 
     soc = load_soc(a.soc)
     cases = cv.read_all(a.data, soc)
     rows: dict[str, Any] = {}
-    for name, l2 in (("default, L2 cold", False), ("default, L2 warm", True)):
-        rows[name] = cv.report(cases, cv.errors(cases, soc, l2))
+    for name, l2 in (("shipped profile, default (steady-state L2)", "steady"), ("L2 cold", False), ("L2 warm", True)):
+        rows[name] = cv.report(cases, cv.errors(cases, soc, l2))  # type: ignore[arg-type]
     folds: dict[str, dict[str, float]] = {}
     if not a.no_loo:
-        errs, fits = cv.leave_one_operator_out(cases, soc)
-        rows["leave-one-operator-out, steady L2"] = cv.report(cases, errs)
-        folds = {op: f.values for op, f in fits.items()}
+        cal = cv.calibrate_all(a.data, soc)
+        assert cal.held_out is not None
+        rows["leave-one-operator-out (calibrate's fit, each operator held out)"] = cv.report(cal.cases, cal.held_out)
+        folds = {op: f.values for op, f in cal.folds.items()}
     if a.json:
         print(json.dumps({"soc": soc.name, "cases": len(cases), "reports": rows, "folds": folds}, indent=2))
         return 0
     print(f"{soc.name}: {len(cases)} measured calls ({sum(m.primary for m in cases)} primary) from {a.data}")
     print("|error| of predicted vs measured, primary cases: median / p90 / worst (bias: median signed error)")
     for name, r in rows.items():
-        print(f"\n{name}")
-        groups = {"all": r["overall"], **r["by_operator"], **r["by_traffic"]}
-        for label, st in groups.items():
-            if st["cases"]:
-                print(
-                    f"  {label:<14} {st['cases']:>4}  {100 * st['median']:6.1f}% {100 * st['p90']:6.1f}% "
-                    f"{100 * st['worst']:6.1f}%  bias {100 * st['bias']:+6.1f}%"
-                )
+        _print_report(name, r)
     for op, values in folds.items():
         print(f"fit without {op}: " + ", ".join(f"{k}={v:g}" for k, v in values.items()))
     return 0

@@ -7,12 +7,22 @@ import json
 import sys
 from typing import Any
 
-from tiling_model.cli.args import SubParsers, knob_flags, parse_shape, variant_flags, weight_of
+from tiling_model.cli.args import (
+    L2_CHOICES,
+    L2_HELP,
+    SubParsers,
+    knob_flags,
+    l2_state,
+    parse_shape,
+    variant_flags,
+    weight_of,
+)
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import SCHEMES
 from tiling_model.plan import core_plan
+from tiling_model.simulate import DEFAULT_L2, L2State
 from tiling_model.soc import known_socs
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
@@ -28,7 +38,7 @@ def add_tiling_command(sub: SubParsers) -> None:
     t.add_argument("--scheme", default="exact", choices=SCHEMES)
     variant_flags(t)
     knob_flags(t)
-    t.add_argument("--l2", choices=("cold", "warm"), default="cold", help="L2 state for the prediction")
+    t.add_argument("--l2", choices=L2_CHOICES, default="steady", help=L2_HELP)
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.add_argument("--max-cores", type=int, default=8, help="cores listed in the text summary")
     t.add_argument(
@@ -38,7 +48,7 @@ def add_tiling_command(sub: SubParsers) -> None:
     )
 
 
-def tiling_report(t: TilingData, warm_l2: bool = False) -> dict[str, object]:
+def tiling_report(t: TilingData, warm_l2: L2State = DEFAULT_L2) -> dict[str, object]:
     """The JSON document of ``--json`` (also what tests and scripts read)."""
     pred = predict_detail(t, warm_l2=warm_l2)
     return {
@@ -103,7 +113,7 @@ def run_tiling_command(args: argparse.Namespace) -> int:
     except BadRequest as e:
         print(f"python -m tiling_model: error: {e}", file=sys.stderr)
         return 2
-    rep = tiling_report(t, args.l2 == "warm")
+    rep = tiling_report(t, l2_state(args.l2))
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
         print()
