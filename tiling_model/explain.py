@@ -206,7 +206,7 @@ def _landscape(t: TilingData, soc: SocProfile) -> Landscape | None:
 
 
 def explain(t: TilingData, soc: SocProfile | str | None = None, landscape: bool = True) -> Explanation:
-    """The explorer's data for one tiling (cold L2, as the tables are tuned)."""
+    """The explorer's data for one tiling (steady-state L2, as the tables are tuned)."""
     soc = load_soc(soc or t.soc) if not isinstance(soc, SocProfile) else soc
     pred = predict_detail(t, soc)
     plans = core_plan(t)

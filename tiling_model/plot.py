@@ -56,7 +56,7 @@ def plot_one(soc_name: str, dtype: str, out_dir: Path) -> Path:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     ax1.loglog(c["n"], c["seed"], "o-", ms=3, label="seed: the requirement's tiling and kernel")
     ax1.loglog(c["n"], c["best"], "s-", ms=3, label="model-best tiling, bcetune's kernel")
-    ax1.loglog(c["n"], c["roofline"], "k--", label="roofline (launch + bytes / peak HBM)")
+    ax1.loglog(c["n"], c["roofline"], "k--", label="roofline (launch + bytes / peak HBM and L2 bandwidth)")
     ax1.set_xlabel("elements")
     ax1.set_ylabel("predicted time (us)")
     ax1.grid(True, which="both", alpha=0.3)
@@ -68,7 +68,7 @@ def plot_one(soc_name: str, dtype: str, out_dir: Path) -> Path:
     ax2.set_ylabel("fraction of roofline")
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend()
-    fig.suptitle(f"BinaryCrossEntropyGrad {dtype}, reduction none, weight — {soc_name} (cost model, L2 cold)")
+    fig.suptitle(f"BinaryCrossEntropyGrad {dtype}, reduction none, weight — {soc_name} (cost model, steady-state L2)")
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"model_{soc_name}_{dtype}.png"

@@ -18,8 +18,9 @@ final tiles are simulated again: cost is O(WARMUP) per core kind, whatever the t
 Copy costs: the measured per-DMA curve of one core, but never faster than the core's share
 of the aggregate HBM bandwidth; copies whose GM start is not 512-B aligned get the SoC's
 misalignment factor on their bandwidth part. The launch can never beat bytes moved over the
-aggregate bandwidth (L2 cold by default; ``warm_l2``, an ``L2State``, lets the share of the
-footprint that hits L2 stream at L2 bandwidth: all that fits, or a fitted steady state).
+aggregate bandwidth, HBM and L2 mixed by the share of the traffic that hits L2: by default the
+SoC profile's fitted steady state of repeated launches (``warm_l2``, an ``L2State``: cold, warm,
+or an explicit curve).
 """
 
 from __future__ import annotations
