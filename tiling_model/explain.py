@@ -17,7 +17,7 @@ import numpy as np
 from tiling_model.cost import kinds_of, predict_detail
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.plan import core_plan
-from tiling_model.simulate import KINDS, _costs, _pipeline_row
+from tiling_model.simulate import DEFAULT_L2, KINDS, _costs, _pipeline_row
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.space import score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
@@ -155,7 +155,7 @@ def schedule(ntiles: int, full: tuple[float, float, float], tail: tuple[float, f
 
 def _timelines(t: TilingData, soc: SocProfile) -> tuple[KindTimeline, ...]:
     k = kinds_of(t)
-    c = _costs(t.kernel, k, soc, np.array([t.n]), False)
+    c = _costs(t.kernel, k, soc, np.array([t.n]), DEFAULT_L2)
     start = soc.core_start_us + float(c.row_us[0])
     out = []
     for j, kind in enumerate(KINDS):
