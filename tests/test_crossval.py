@@ -121,3 +121,11 @@ def test_the_scatter_plot_is_drawn(tmp_path: Path) -> None:
     out = tmp_path / "s.png"
     calibration_scatter(cases, cv.errors(cases, SOC), out, "in sample")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+
+
+def test_a_soc_with_a_small_l2_fits_within_its_l2() -> None:
+    """The 310B1's 4 MiB L2 is below the half point's usual floor: the bounds follow the L2."""
+    small = load_soc("Ascend310B1")
+    cases = [m for m in cv.read_all(DATA, small) if m.op == "sigmoid"][:4]
+    fitted = cv.fit(cases, small, ("launch_us", "l2_half_bytes"))
+    assert 0 < fitted.values["l2_half_bytes"] <= small.l2_bytes
