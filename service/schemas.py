@@ -199,9 +199,9 @@ class Provenance(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "schema_version": 2,
-                    "soc_profile_hash": "6b1e90a373c3c4eb",
-                    "kernel_hash": "0336c5879c156a7f",
+                    "schema_version": 4,
+                    "soc_profile_hash": "eb735c45c8a071d3",
+                    "kernel_hash": "a9aa19aedf392a07",
                     "backend": "model",
                     "created": "2026-11-30T11:26:35+00:00",
                 }
@@ -238,9 +238,9 @@ class TilingResponse(BaseModel):
                     "roofline_us": 8.4,
                     "source": "exact",
                     "provenance": {
-                        "schema_version": 2,
-                        "soc_profile_hash": "edca2f970088be7f",
-                        "kernel_hash": "3f1c0a",
+                        "schema_version": 4,
+                        "soc_profile_hash": "eb735c45c8a071d3",
+                        "kernel_hash": "a9aa19aedf392a07",
                         "backend": "model",
                         "created": "2026-11-30T11:20:00+00:00",
                     },
@@ -329,7 +329,7 @@ class SocInfo(BaseModel):
                     "l2_half_bytes": 201326592,
                     "l2_falloff": 3.29,
                     "launch_us": 3.08,
-                    "profile_hash": "6b1e90a373c3c4eb",
+                    "profile_hash": "eb735c45c8a071d3",
                     "calibrated": True,
                 }
             ]
@@ -380,13 +380,13 @@ class TableInfo(BaseModel):
                 {
                     "soc": "Ascend910B2",
                     "path": "Ascend910B2.json",
-                    "schema_version": 2,
+                    "schema_version": 4,
                     "backend": "model",
                     "created": "2026-11-30T11:26:35",
                     "entries": 242,
                     "invalid_entries": 0,
-                    "soc_profile_hash": "6b1e90a373c3c4eb",
-                    "kernel_hash": "0336c5879c156a7f",
+                    "soc_profile_hash": "eb735c45c8a071d3",
+                    "kernel_hash": "a9aa19aedf392a07",
                     "stale": False,
                     "stale_reasons": [],
                 }
