@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,13 @@ def test_bad_input_exits_nonzero_with_one_line(args: list[str], needle: str) -> 
 def test_block_bytes_must_be_a_multiple_of_32() -> None:
     r = run("tiling", "--shape", "4", "--dtype", "float32", "--block-bytes", "36")
     assert r.returncode == 2 and "block_bytes=36 is not a multiple of 32" in r.stderr
+
+
+def test_calibrate_names_what_it_cannot_read_or_write(tmp_path: Path) -> None:
+    missing = run("calibrate", "--no-loo", "--calibration-dir", str(tmp_path / "none"))
+    assert missing.returncode == 2 and "sigmoid_910b2.csv: cannot read" in missing.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    unwritable = run("calibrate", "--no-loo", "--scatter", str(blocker / "s.png"))
+    assert unwritable.returncode == 2 and f"cannot write {blocker / 's.png'}" in unwritable.stderr
+    assert "Traceback" not in missing.stderr + unwritable.stderr

@@ -26,13 +26,11 @@ from scipy.optimize import least_squares
 
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel, elementwise_kernel
-from tiling_model.simulate import L2State
+from tiling_model.simulate import L2_STATES, L2State
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams, element_count, params_from_dict, tile_kernel
 from tiling_model.variant import Variant
 
-#: A record's ``l2`` (the tuner's NPU backend flushes L2 between repetitions: cold).
-RECORD_L2: dict[str, L2State] = {"warm": True, "cold": False, "steady": "steady"}
 FREE_PARAMS = ("launch_us", "core_start_us", "hbm_gbps", "l2_gbps")
 BOUNDS = {
     "launch_us": (0.0, 50.0),
@@ -122,7 +120,7 @@ def read_jsonl(path: Path) -> list[CalibrationCase]:
             element_count(shape)
             params = params_from_dict(rec.get("params"))
             us = float(rec["measured_us"])
-            warm = RECORD_L2[rec.get("l2", "cold")]
+            warm = L2_STATES[rec.get("l2", "cold")]  # the NPU backend flushes L2 between repetitions
         except json.JSONDecodeError as e:
             raise CalibrationError(f"{where}: not valid JSON ({e.msg})") from None
         except (KeyError, ValueError, TypeError) as e:

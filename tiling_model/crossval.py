@@ -113,10 +113,13 @@ def read_sigmoid(path: Path, soc: SocProfile) -> list[Measured]:
     ]
 
 
+#: The shipped measurements in ``data/calibration``: the Sigmoid set and the CANN-Bench set.
+CALIBRATION_FILES = ("sigmoid_910b2.csv", "cannbench_910b2_elementwise.csv")
+
+
 def read_all(directory: Path, soc: SocProfile) -> list[Measured]:
-    return read_sigmoid(directory / "sigmoid_910b2.csv", soc) + read_cannbench(
-        directory / "cannbench_910b2_elementwise.csv", soc
-    )
+    sigmoid, cannbench = (directory / f for f in CALIBRATION_FILES)
+    return read_sigmoid(sigmoid, soc) + read_cannbench(cannbench, soc)
 
 
 @dataclass(frozen=True)

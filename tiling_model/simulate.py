@@ -67,6 +67,8 @@ class SteadyL2:
 #: share of the footprint that fits in L2 hits), or an explicit steady-state curve (fitting).
 L2State = bool | SteadyL2 | Literal["steady"]
 DEFAULT_L2: L2State = "steady"
+#: The L2 states by name, as the CLI flags and measurement records spell them.
+L2_STATES: dict[str, L2State] = {"steady": "steady", "cold": False, "warm": True}
 
 
 @dataclass(frozen=True)

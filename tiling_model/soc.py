@@ -67,7 +67,7 @@ class SocProfile:
 PROFILES_ENV = "BCETUNE_PROFILES"
 
 
-def _profile_dir() -> resources.abc.Traversable | Path:
+def profile_dir() -> resources.abc.Traversable | Path:
     """Shipped profiles, or the directory in $BCETUNE_PROFILES (e.g. profiles refitted on your NPU)."""
     override = os.environ.get(PROFILES_ENV)
     if override:
@@ -78,7 +78,7 @@ def _profile_dir() -> resources.abc.Traversable | Path:
 @cache
 def known_socs() -> tuple[str, ...]:
     """Names of all SoCs with a shipped profile, sorted."""
-    return tuple(sorted(p.name[:-5] for p in _profile_dir().iterdir() if p.name.endswith(".json")))
+    return tuple(sorted(p.name[:-5] for p in profile_dir().iterdir() if p.name.endswith(".json")))
 
 
 @cache
@@ -86,7 +86,7 @@ def load_soc(name: str) -> SocProfile:
     """Load one profile by SoC name (e.g. ``Ascend910B2``)."""
     if name not in known_socs():
         raise UnknownSocError(f"unknown SoC {name!r}; known: {', '.join(known_socs())}")
-    raw_bytes = (_profile_dir() / f"{name}.json").read_bytes()
+    raw_bytes = (profile_dir() / f"{name}.json").read_bytes()
     raw = json.loads(raw_bytes)
     raw.pop("$comment", None)
     raw["mte2_curve_kib_us"] = tuple(tuple(p) for p in raw["mte2_curve_kib_us"])

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeAlias
 
-from tiling_model.simulate import L2State
+from tiling_model.simulate import L2_STATES, L2State
 from tiling_model.variant import POS_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Broadcast, weight_spec
 
 
@@ -98,7 +98,7 @@ def knob_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--core-num", type=int)
 
 
-L2_CHOICES = ("steady", "cold", "warm")
+L2_CHOICES = tuple(L2_STATES)
 L2_HELP = (
     "L2 state of the prediction: steady (default: repeated launches, what profilers report; the SoC "
     "profile's fitted curve), cold (first touch, all HBM) or warm (all that fits in L2 hits)"
@@ -107,4 +107,4 @@ L2_HELP = (
 
 def l2_state(name: str) -> L2State:
     """The simulator's L2 state for a ``--l2`` choice."""
-    return {"steady": "steady", "cold": False, "warm": True}[name]  # type: ignore[return-value]
+    return L2_STATES[name]

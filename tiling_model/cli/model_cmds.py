@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import SCHEMES, VECTOR_OPS, ElementwiseKernel, bce_grad_kernel, elementwise_kernel
+from tiling_model.simulate import L2_STATES
 from tiling_model.soc import known_socs, load_soc, profile_to_json
 from tiling_model.space import score_space
 from tiling_model.tiling import TilingError, TilingParams, element_count, tile_kernel
@@ -224,12 +227,21 @@ def _print_report(name: str, r: dict[str, Any]) -> None:
             )
 
 
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An output file that cannot be written is a clear error naming it, not a traceback."""
+    try:
+        yield
+    except OSError as e:
+        raise BadRequest(f"cannot write {path}: {e.strerror or e}") from None
+
+
 def _calibrate_shipped(a: argparse.Namespace) -> int:
     from tiling_model import crossval as cv
 
     soc = load_soc(a.soc)
     cal = cv.calibrate_all(a.calibration_dir, soc, loo=not a.no_loo)
-    files = [str(a.calibration_dir / f) for f in ("sigmoid_910b2.csv", "cannbench_910b2_elementwise.csv")]
+    files = [str(a.calibration_dir / f) for f in cv.CALIBRATION_FILES]
     summary = cal.summary(files)
     reports = {"fit on every operator (in sample)": cv.report(cal.cases, cal.in_sample)}
     if cal.held_out is not None:
@@ -251,18 +263,20 @@ def _calibrate_shipped(a: argparse.Namespace) -> int:
         from tiling_model.calibration_plot import calibration_scatter
 
         errs = cal.held_out if cal.held_out is not None else cal.in_sample
-        calibration_scatter(cal.cases, errs, a.scatter, "held out" if cal.held_out is not None else "in sample")
+        with _writing(a.scatter):
+            calibration_scatter(cal.cases, errs, a.scatter, "held out" if cal.held_out is not None else "in sample")
         print(f"wrote {a.scatter}")
     if a.write:
         if cal.held_out is None:
             raise BadRequest("--write records the cross-validation error in the profiles: drop --no-loo")
-        from tiling_model.soc import _profile_dir
+        from tiling_model.soc import profile_dir
 
-        out_dir = Path(str(_profile_dir()))
-        for name in known_socs():
-            doc = cv.profile_document(load_soc(name), cal.measured, cal.fitted, summary)
-            (out_dir / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
-            print(f"wrote {out_dir / (name + '.json')}")
+        docs = {name: cv.profile_document(load_soc(name), cal.measured, cal.fitted, summary) for name in known_socs()}
+        for name, doc in docs.items():
+            path = Path(str(profile_dir())) / f"{name}.json"
+            with _writing(path):
+                path.write_text(json.dumps(doc, indent=2) + "\n")
+            print(f"wrote {path}")
     return 0
 
 
@@ -272,8 +286,12 @@ def _crossval(a: argparse.Namespace) -> int:
     soc = load_soc(a.soc)
     cases = cv.read_all(a.data, soc)
     rows: dict[str, Any] = {}
-    for name, l2 in (("shipped profile, default (steady-state L2)", "steady"), ("L2 cold", False), ("L2 warm", True)):
-        rows[name] = cv.report(cases, cv.errors(cases, soc, l2))  # type: ignore[arg-type]
+    for name, l2 in (
+        ("shipped profile, default (steady-state L2)", "steady"),
+        ("L2 cold", "cold"),
+        ("L2 warm", "warm"),
+    ):
+        rows[name] = cv.report(cases, cv.errors(cases, soc, L2_STATES[l2]))
     folds: dict[str, dict[str, float]] = {}
     if not a.no_loo:
         cal = cv.calibrate_all(a.data, soc)
