@@ -42,8 +42,9 @@ class SocProfile:
     launch_us: float
     core_start_us: float
     misaligned_bw_factor: float
-    # Fitted on measured operators (tiling_model.crossval): MSKPP's cycles per repeat are issue rates of
-    # one instruction; a kernel's chain of dependent instructions retires slower by this factor (>= 1).
+    # A factor on MSKPP's cycles per repeat (issue rates of one instruction; a chain of dependent
+    # instructions may retire slower): 1 in the shipped profiles, fittable on your own measurements
+    # (tiling_model.crossval.OPTIONAL_PARAMS says why it is not fitted by default).
     vector_cycle_scale: float
     # The steady state of repeated launches: the share of a launch's traffic that hits L2 is
     # 1 / (1 + (footprint / l2_half_bytes) ** l2_falloff) (simulate.SteadyL2).
