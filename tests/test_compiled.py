@@ -30,7 +30,7 @@ assert C.ready()
     st.sampled_from([1, 2]),
     st.sampled_from([512, 1024, 4096, 8192]),
     st.integers(1, 48),
-    st.sampled_from([False, True, SteadyL2(64 * 2**20, 2.0), "steady"]),
+    st.sampled_from([False, True, SteadyL2(64 * 2**20, 2.0, 192 * 2**20), "steady"]),
 )
 def test_one_prediction_is_the_vectorised_simulator_to_the_bit(
     v: Variant, n: int, soc_name: str, block: int, bn: int, tile: int, cores: int, l2: object

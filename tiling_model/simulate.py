@@ -52,14 +52,25 @@ DUP_CYCLES = CYCLES_PER_REPEAT["duplicate"]
 class SteadyL2:
     """L2 in the steady state of repeated launches after warm-up (what profilers report): the share of
     a launch's traffic that hits L2 falls with its footprint F (bytes read and written) as
-    1 / (1 + (F / half_bytes) ** falloff); half_bytes and falloff are fitted per SoC."""
+    1 / (1 + (F / half_bytes) ** falloff), half_bytes and falloff fitted per SoC, and never above the
+    share of the footprint the L2 can hold, min(1, l2_bytes / F) (the warm state): a curve whose half
+    point lies past the L2 size still cannot make more bytes hit than are resident."""
 
     half_bytes: float
     falloff: float
+    l2_bytes: float
 
     def hit(self, footprint: np.ndarray) -> np.ndarray:
-        ratio: np.ndarray = np.asarray(footprint, dtype=float) / self.half_bytes
-        return 1.0 / (1.0 + ratio**self.falloff)
+        f = np.asarray(footprint, dtype=float)
+        ratio: np.ndarray = f / self.half_bytes
+        share: np.ndarray = np.minimum(1.0 / (1.0 + ratio**self.falloff), resident_share(f, self.l2_bytes))
+        return share
+
+
+def resident_share(footprint: np.ndarray, l2_bytes: float) -> np.ndarray:
+    """The share of a footprint the L2 can hold: what hits when L2 is warm, the most any state hits."""
+    share: np.ndarray = np.minimum(1.0, l2_bytes / np.maximum(np.asarray(footprint, dtype=float), 1.0))
+    return share
 
 
 #: The L2 state a prediction assumes: "steady" (the default: the SoC profile's fitted steady state of
@@ -236,12 +247,11 @@ def l2_hit(kernel: ElementwiseKernel, soc: SocProfile, n: np.ndarray, warm_l2: L
     """The share of each launch's traffic (n elements per launch) that hits L2 in the given state."""
     footprint = kernel.hbm_bytes(np.asarray(n, dtype=float))
     if warm_l2 == "steady":
-        return SteadyL2(soc.l2_half_bytes, soc.l2_falloff).hit(footprint)
+        return SteadyL2(soc.l2_half_bytes, soc.l2_falloff, soc.l2_bytes).hit(footprint)
     if isinstance(warm_l2, SteadyL2):
         return warm_l2.hit(footprint)
     if warm_l2:
-        share: np.ndarray = np.minimum(1.0, soc.l2_bytes / np.maximum(footprint, 1.0))
-        return share
+        return resident_share(footprint, soc.l2_bytes)
     return np.zeros_like(footprint)
 
 

@@ -101,6 +101,7 @@ def _soc_model(i: int, soc: SocProfile) -> tuple[list[str], str]:
             "l2_peak_gbps",
             "l2_half_bytes",
             "l2_falloff",
+            "l2_bytes",
         )
     )
     head = f'"{soc.name}", {soc.aiv_cores}, {soc.ub_bytes}, {soc.ub_reserve_bytes}'

@@ -56,8 +56,9 @@ struct SocModel {
     double l2Gbps;
     double hbmPeakGbps;
     double l2PeakGbps;
-    double l2HalfBytes;  // the steady-state L2 curve: hit = 1 / (1 + (footprint / half) ^ falloff)
-    double l2Falloff;
+    double l2HalfBytes;  // the steady-state L2 curve: hit = 1 / (1 + (footprint / half) ^ falloff),
+    double l2Falloff;    // at most the share the L2 holds, min(1, l2Bytes / footprint)
+    double l2Bytes;
     Curve mte2;
     Curve mte3;
 };
@@ -283,12 +284,13 @@ inline double TrafficUs(const Kinds& kd, const KernelModel& k, const SocModel& s
 }
 
 /** The share of a launch's traffic over n elements that hits L2 in the steady state of repeated launches
- *  (simulate.SteadyL2 on ElementwiseKernel.hbm_bytes): the L2 state every prediction assumes. */
+ *  (simulate.SteadyL2 on ElementwiseKernel.hbm_bytes, capped at the resident share): the L2 state every prediction assumes. */
 inline double SteadyHit(const KernelModel& k, const SocModel& s, int64_t n) {
     const double nn = static_cast<double>(n);
     const double rows = k.rowInputs > 0 ? static_cast<double>(k.rowInputs) * (nn / static_cast<double>(k.rowLen)) : 0.0;
     const double footprint = (static_cast<double>(k.HbmStreams()) * nn + rows) * static_cast<double>(k.elemBytes);
-    return 1.0 / (1.0 + std::pow(footprint / s.l2HalfBytes, s.l2Falloff));
+    const double resident = std::min(1.0, s.l2Bytes / std::max(footprint, 1.0));
+    return std::min(1.0 / (1.0 + std::pow(footprint / s.l2HalfBytes, s.l2Falloff)), resident);
 }
 
 /** The aggregate bandwidth with this L2 hit share, as compiled._refit computes it. */
