@@ -165,3 +165,26 @@ def test_a_soc_with_a_small_l2_fits_within_its_l2() -> None:
     cases = [m for m in cv.read_all(DATA, small) if m.op == "sigmoid"][:4]
     fitted = cv.fit(cases, small, ("launch_us", "l2_half_bytes"))
     assert 0 < fitted.values["l2_half_bytes"] <= 2 * small.l2_bytes
+
+
+def test_the_loss_scale_study_never_lets_the_held_out_operator_choose(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Nested: each outer fold picks its scale by folds of its own training operators only."""
+    three = ("sigmoid", "gelu", "exp")
+    cases = [m for m in cv.read_all(DATA, SOC) if m.op in three]
+    monkeypatch.setattr(cv, "read_all", lambda directory, soc: cases)
+    trained_on: list[tuple[frozenset[str], float]] = []
+
+    def fake_fit(train: list[cv.Measured], soc: object, free: object = None, f_scale: float = 0.1) -> cv.Fitted:
+        trained_on.append((frozenset(m.op for m in train), f_scale))
+        return cv.Fitted({"launch_us": 3.0 + 10 * f_scale})  # a larger scale: a slower, worse model
+
+    monkeypatch.setattr(cv, "fit", fake_fit)
+    study = cv.loss_scale_study(tmp_path, SOC, scales=(0.1, 0.3))
+    assert set(study["fixed"]) == {"0.1", "0.3"} and study["fixed"]["0.1"] != study["fixed"]["0.3"]
+    assert set(study["chosen"]) == set(three) and 0 < study["nested"] < 10
+    assert all(f == 0.1 for f in study["chosen"].values())  # the inner folds prefer the better scale
+    singles = [ops for ops, _ in trained_on if len(ops) == 1]  # inner folds: one training operator each
+    assert len(singles) == 3 * 2 * 2  # 3 outer folds x 2 scales x 2 inner folds
+    assert all(len(ops) < 3 for ops, _ in trained_on)  # no fit ever saw all three operators

@@ -174,7 +174,7 @@ def errors(cases: Sequence[Measured], soc: SocProfile, l2: L2State = DEFAULT_L2)
     return out
 
 
-def fit(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...] = PARAMS) -> Fitted:
+def fit(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...] = PARAMS, f_scale: float = F_SCALE) -> Fitted:
     """Least squares on log(predicted / measured) over ``cases`` (primary ones only)."""
     data = [m for m in cases if m.primary]
     if not data:
@@ -199,7 +199,7 @@ def fit(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...] = PARA
 
     result = least_squares(
         residual, x0 / scale, bounds=(lo / scale, hi / scale), diff_step=1e-3, max_nfev=MAX_NFEV, loss=LOSS,
-        f_scale=F_SCALE,
+        f_scale=f_scale,
     )  # fmt: skip
     return Fitted({p: _round(p, float(v)) for p, v in zip(free, result.x * scale, strict=True)})
 
@@ -236,16 +236,44 @@ def report(cases: Sequence[Measured], errs: np.ndarray) -> dict[str, Any]:
     }
 
 
-def leave_one_operator_out(cases: Sequence[Measured], soc: SocProfile) -> tuple[np.ndarray, dict[str, Fitted]]:
+def leave_one_operator_out(
+    cases: Sequence[Measured], soc: SocProfile, f_scale: float = F_SCALE
+) -> tuple[np.ndarray, dict[str, Fitted]]:
     """Each operator predicted by a fit on all the others: the errors, and each fold's parameters."""
     errs = np.zeros(len(cases))
     fits: dict[str, Fitted] = {}
     for op in sorted({m.op for m in cases}):
         train = [m for m in cases if m.op != op]
-        fits[op] = fit(train, soc)
+        fits[op] = fit(train, soc, f_scale=f_scale)
         held = [i for i, m in enumerate(cases) if m.op == op]
         errs[held] = errors([cases[i] for i in held], fits[op].apply(soc))
     return errs, fits
+
+
+def _median(cases: Sequence[Measured], errs: np.ndarray) -> float:
+    primary = np.array([m.primary for m in cases])
+    return float(np.median(np.abs(errs[primary])))
+
+
+def loss_scale_study(
+    directory: Path, soc: SocProfile, scales: Sequence[float] = (0.1, 0.15, 0.2, 0.3)
+) -> dict[str, Any]:
+    """How much the held-out figure owes to the choice of F_SCALE: the leave-one-operator-out median at
+    each scale, and a nested estimate where each fold picks its scale by a leave-one-operator-out of its
+    own training operators (the held-out operator plays no part in the choice). As ``calibrate_all``
+    fits (vector factor 1); minutes, not seconds."""
+    soc = replace(soc, vector_cycle_scale=1.0)
+    cases = read_all(directory, soc)
+    fixed = {str(f): round(_median(cases, leave_one_operator_out(cases, soc, f)[0]), 4) for f in scales}
+    errs = np.zeros(len(cases))
+    chosen: dict[str, float] = {}
+    for op in sorted({m.op for m in cases}):
+        train = [m for m in cases if m.op != op]
+        inner = {f: _median(train, leave_one_operator_out(train, soc, f)[0]) for f in scales}
+        chosen[op] = min(scales, key=lambda f: (inner[f], f))
+        held = [i for i, m in enumerate(cases) if m.op == op]
+        errs[held] = errors([cases[i] for i in held], fit(train, soc, f_scale=chosen[op]).apply(soc))
+    return {"fixed": fixed, "nested": round(_median(cases, errs), 4), "chosen": chosen, "shipped": F_SCALE}
 
 
 #: How each fitted value carries over to a SoC without measurements (its INI-formula peaks and its L2

@@ -87,6 +87,12 @@ def add_model_commands(sub: SubParsers) -> None:
     v.add_argument("--soc", default="Ascend910B2", help="the SoC the data was measured on")
     v.add_argument("--data", type=Path, default=Path("data/calibration"), help="directory of the calibration CSVs")
     v.add_argument("--no-loo", action="store_true", help="only the default settings (seconds, not minutes)")
+    v.add_argument(
+        "--loss-scales",
+        action="store_true",
+        help="also: the held-out median at each robust-loss scale, and with the scale chosen inside each fold "
+        "(about 15 min)",
+    )
     v.add_argument("--json", action="store_true")
 
     g = sub.add_parser("plot", help="predicted time and fraction of roofline against size (PNG)")
@@ -298,8 +304,10 @@ def _crossval(a: argparse.Namespace) -> int:
         assert cal.held_out is not None
         rows["leave-one-operator-out (calibrate's fit, each operator held out)"] = cv.report(cal.cases, cal.held_out)
         folds = {op: f.values for op, f in cal.folds.items()}
+    study = cv.loss_scale_study(a.data, soc) if a.loss_scales else None
     if a.json:
-        print(json.dumps({"soc": soc.name, "cases": len(cases), "reports": rows, "folds": folds}, indent=2))
+        doc = {"soc": soc.name, "cases": len(cases), "reports": rows, "folds": folds, "loss_scales": study}
+        print(json.dumps(doc, indent=2))
         return 0
     print(f"{soc.name}: {len(cases)} measured calls ({sum(m.primary for m in cases)} primary) from {a.data}")
     print("|error| of predicted vs measured, primary cases: median / p90 / worst (bias: median signed error)")
@@ -307,6 +315,12 @@ def _crossval(a: argparse.Namespace) -> int:
         _print_report(name, r)
     for op, values in folds.items():
         print(f"fit without {op}: " + ", ".join(f"{k}={v:g}" for k, v in values.items()))
+    if study:
+        print(f"\nleave-one-operator-out median by robust-loss scale (shipped: {study['shipped']}):")
+        for f, med in study["fixed"].items():
+            print(f"  f_scale {f:>5}: {100 * med:.1f}%")
+        chosen = ", ".join(f"{op} {f}" for op, f in study["chosen"].items())
+        print(f"  scale chosen inside each fold (nested): {100 * study['nested']:.1f}%  ({chosen})")
     return 0
 
 
