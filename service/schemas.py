@@ -200,7 +200,7 @@ class Provenance(BaseModel):
             "examples": [
                 {
                     "schema_version": 4,
-                    "soc_profile_hash": "eb735c45c8a071d3",
+                    "soc_profile_hash": "7b574d89e4a06f79",
                     "kernel_hash": "a9aa19aedf392a07",
                     "backend": "model",
                     "created": "2026-11-30T11:26:35+00:00",
@@ -239,7 +239,7 @@ class TilingResponse(BaseModel):
                     "source": "exact",
                     "provenance": {
                         "schema_version": 4,
-                        "soc_profile_hash": "eb735c45c8a071d3",
+                        "soc_profile_hash": "7b574d89e4a06f79",
                         "kernel_hash": "a9aa19aedf392a07",
                         "backend": "model",
                         "created": "2026-11-30T11:20:00+00:00",
@@ -322,14 +322,14 @@ class SocInfo(BaseModel):
                     "ub_bytes": 196608,
                     "ub_usable_bytes": 188160,
                     "clock_mhz": 1800,
-                    "hbm_gbps": 1539.3,
+                    "hbm_gbps": 1453.8,
                     "hbm_peak_gbps": 1600.0,
                     "l2_bytes": 201326592,
-                    "l2_gbps": 2605.0,
-                    "l2_half_bytes": 201326592,
-                    "l2_falloff": 3.29,
-                    "launch_us": 3.08,
-                    "profile_hash": "eb735c45c8a071d3",
+                    "l2_gbps": 2488.1,
+                    "l2_half_bytes": 295064087,
+                    "l2_falloff": 6.21,
+                    "launch_us": 3.26,
+                    "profile_hash": "7b574d89e4a06f79",
                     "calibrated": True,
                 }
             ]
@@ -347,7 +347,9 @@ class SocInfo(BaseModel):
     l2_bytes: int
     l2_gbps: float = Field(description="effective bandwidth of L2 hits")
     l2_half_bytes: float = Field(description="steady-state L2: the footprint at which half the traffic hits")
-    l2_falloff: float = Field(description="steady-state L2: hit share 1 / (1 + (footprint / half) ** falloff)")
+    l2_falloff: float = Field(
+        description="steady-state L2: hit share 1 / (1 + (footprint / half) ** falloff), at most l2_bytes / footprint"
+    )
     launch_us: float
     profile_hash: str
     calibrated: bool = Field(description="fitted to measurements on this SoC (else its values are estimates)")
@@ -385,7 +387,7 @@ class TableInfo(BaseModel):
                     "created": "2026-11-30T11:26:35",
                     "entries": 242,
                     "invalid_entries": 0,
-                    "soc_profile_hash": "eb735c45c8a071d3",
+                    "soc_profile_hash": "7b574d89e4a06f79",
                     "kernel_hash": "a9aa19aedf392a07",
                     "stale": False,
                     "stale_reasons": [],
