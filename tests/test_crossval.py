@@ -40,7 +40,7 @@ def test_each_fold_is_fitted_without_the_operator_it_predicts(monkeypatch: pytes
     cases = [m for m in cv.read_all(DATA, SOC) if m.op in ("sigmoid", "gelu", "exp")]
     seen: dict[str, set[str]] = {}
 
-    def fake_fit(train: list[cv.Measured], soc: object) -> cv.Fitted:
+    def fake_fit(train: list[cv.Measured], soc: object, f_scale: float = cv.F_SCALE) -> cv.Fitted:
         ops = {m.op for m in train}
         seen[next(op for op in ("sigmoid", "gelu", "exp") if op not in ops)] = ops
         return cv.Fitted({"launch_us": 3.0})
