@@ -5,8 +5,14 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# the cost model's engine is C++ bound to Python (nanobind): the wheel is compiled here, run without a compiler.
+# Debian stable's compiler, whichever point release the base image has (a pin would break on the next one).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ python3-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md CMakeLists.txt LICENSE ./
 COPY tiling_model tiling_model
 COPY kernel kernel
 COPY tuner tuner

@@ -7,17 +7,24 @@ RUN_STAMP := $(VENV)/.installed-run-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
+SHELL := bash
+.PHONY: run test test-fast lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-torch-op bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
+
+# the cost model's engine, compiled into tiling_model._engine when the package is installed
+ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp kernel/op_host/bce_grad_cost_model.h
 
 # everything: serving, tuning, the CPU twin, plots and the test tools
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(ENGINE_SOURCES)
+	@echo "==> make test: installing everything into $(VENV) (torch, torch-npu, optuna, the test tools: about"
+	@echo "    1.9 GB; a few minutes the first time, seconds after; pip names each package)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	set -o pipefail; $(PY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test]' \
+		| { grep --line-buffered -E '^(Collecting|Building|Successfully|ERROR)' || true; }
 	touch $(STAMP) $(RUN_STAMP)
 
 # serving only (what the Docker image holds too)
-$(RUN_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml $(ENGINE_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e .
@@ -27,9 +34,19 @@ run: $(RUN_STAMP)
 	$(PY) -m service --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
+	@echo "==> ruff, then mypy"
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	@echo "==> pytest, the whole suite (about 11 minutes on a 2-core machine; make test-fast: the quick suites)"
 	bash .ci/with-services.sh $(PY) -m pytest
+
+# The quick suites (a few minutes): no kernel sweeps, CANN compile checks, browser, container or database.
+# For a change that touches no kernel, op_host or container code; make test before a merge.
+FAST_MARKERS := not kernel_sweep and not toolchain and not browser and not container and not database
+test-fast: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	BCETUNE_SERVICES=none bash .ci/with-services.sh $(PY) -m pytest -m "$(FAST_MARKERS)"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -59,7 +76,7 @@ bench-tiling-key: $(STAMP)
 
 # The container built from Debian packages and run as an operator would (as root: a private dockerd).
 docker-test: $(STAMP)
-	bash .ci/with-services.sh $(PY) -m pytest -s tests/test_docker.py
+	bash .ci/with-services.sh $(PY) -m pytest -s tests/project/test_docker.py
 
 # Mutation testing of the tiling arithmetic and its rules (mutmut, configured in pyproject.toml): a report.
 mutants: $(STAMP)
@@ -83,6 +100,10 @@ bench-regret: $(STAMP)
 bench-weight-forms: $(STAMP)
 	$(PY) benchmarks/weight_forms.py
 
+# Host work per call of torch.ops.bcetune.bce_grad on the CPU beside a plain torch elementwise op.
+bench-torch-op: $(STAMP)
+	$(PY) benchmarks/torch_op_overhead.py
+
 # From a fresh service to the explorer's first view in headless Chromium (Debian chromium + chromium-driver).
 bench-explorer: $(STAMP)
 	$(PY) benchmarks/explorer_first_view.py
@@ -99,6 +120,7 @@ bench-tiling-cpp:
 bench-service: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) benchmarks/service_load.py
+	$(PY) benchmarks/service_attack.py
 
 # Minutes of load while the tables are rewritten and reloaded: no failed request, no wrong answer.
 soak-service: $(STAMP)

@@ -5,15 +5,16 @@
 # The base mirrors the layout of the official python:3.11-slim-bookworm: Debian bookworm (debootstrap,
 # minbase) with python3, a venv at /usr/local/venv whose python and pip come first on PATH, and the
 # CA bundle this host's pip trusts, so pip inside `docker build --network host` reaches the same index.
-# Needs root; installs docker.io and debootstrap if missing. Stop it with .ci/docker-stop.sh.
+# Everything lives in directory $1 (made by the caller, one per run: the daemon's data, its socket and
+# PID file). Needs root; installs docker.io and debootstrap if missing. Stop it with .ci/docker-stop.sh $1.
 set -euo pipefail
+DIR="${1:?usage: docker-start.sh DIR}"
 BASE="${BCETUNE_DOCKER_BASE:-bcetune-base:bookworm}"
 MIRROR="${BCETUNE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
     apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >&2
 fi
-DIR=$(mktemp -d /tmp/bcetune-docker.XXXXXX)
-echo "$DIR" > /tmp/bcetune-docker.dir
+mkdir -p "$DIR"
 SOCK="unix://$DIR/docker.sock"
 dockerd --data-root "$DIR/data" --exec-root "$DIR/exec" -H "$SOCK" --pidfile "$DIR/dockerd.pid" \
     > "$DIR/dockerd.log" 2>&1 &

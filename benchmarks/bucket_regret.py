@@ -22,7 +22,7 @@ import numpy as np
 
 from kernel.host_tiling import query_host_tiling
 from service.config import SHIPPED_TABLES
-from tiling_model import BuildError, TilingParams, Variant, compiled, compute_tiling, known_socs, load_soc, predict
+from tiling_model import BuildError, TilingParams, Variant, compute_tiling, known_socs, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.search import refit
 from tiling_model.space import score_space
@@ -82,7 +82,6 @@ def main() -> int:
         print("bucket_regret: error: --sizes must be at least 1", file=sys.stderr)
         return 2
     socs = a.soc or [s for s in known_socs() if (SHIPPED_TABLES / f"{s}.json").is_file()]
-    compiled.warm_up()
     print(f"{a.sizes} held-out sizes per SoC (log-uniform over the tuned range, random variant keys, seed 7)")
     print(f"{'SoC':12s} {'policy':8s} {'median':>8s} {'p95':>8s} {'worst':>8s}  worst case")
     for soc in socs:

@@ -7,7 +7,7 @@
 # Needs ASCEND_HOME_PATH (source <CANN>/set_env.sh); for (2) also torch and torch_npu for $PYTHON.
 #   kernel/build.sh [--soc Ascend910B2[,Ascend310B1...]] [--op-package] [--launch-lib]   (default: both)
 # Not run on machines without CANN (bcetune's CI has none): there the sources are compile-checked
-# against the real CANN 8.5.0 headers (tests/test_cann_compile.py) and run in the CPU twin.
+# against the real CANN 8.5.0 headers (tests/kernel/test_cann_compile.py) and run in the CPU twin.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 socs="Ascend910B2"

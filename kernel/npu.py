@@ -6,7 +6,7 @@ Needs CANN, torch, torch_npu and the extension that ``kernel/build.sh --launch-l
 point raises :class:`NpuUnavailable` with one line saying what is missing.
 
 NOT RUN on bcetune's CI (no NPU there): the same kernel source is verified on the CPU twin, the
-extension is compiled against the real torch and torch_npu headers (tests/test_npu_ext.py), and
+extension is compiled against the real torch and torch_npu headers (tests/kernel/test_npu_ext.py), and
 ``python -m kernel.doctor`` is what a user with an Ascend host runs first.
 """
 
@@ -73,11 +73,17 @@ def load_torch_npu() -> Any:
     )
 
 
-def runtime() -> NpuRuntime:
-    """torch with torch_npu, the launch extension and the device's SoC name, or NpuUnavailable."""
+def runtime(device: int | None = None) -> NpuRuntime:
+    """torch with torch_npu, the launch extension and the device's SoC name, or NpuUnavailable.
+    ``device``: the NPU this process uses (one sweep worker per device: ``--device N``)."""
     torch = load_torch_npu()
     if not torch.npu.is_available():
         raise NpuUnavailable("torch_npu found no NPU device (check npu-smi info and the CANN driver)")
+    if device is not None:
+        count = int(torch.npu.device_count())
+        if not 0 <= device < count:
+            raise NpuUnavailable(f"--device {device}: this host has {count} NPU(s), 0..{count - 1}")
+        torch.npu.set_device(device)
     path = extension_path()
     if not path.exists():
         raise NpuUnavailable(f"the kernel extension {path} is not built: run kernel/build.sh --launch-lib")

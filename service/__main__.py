@@ -66,6 +66,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--batch-budget", type=float, default=env.batch_budget_s, help="server seconds per batch for uncached items"
     )
+    parser.add_argument(
+        "--max-active", type=int, default=env.max_active, help="requests in progress per worker (past it: 503 at once)"
+    )
+    parser.add_argument(
+        "--heavy-workers", type=int, default=env.heavy_workers, help="worker processes for explanations and pictures"
+    )
+    parser.add_argument(
+        "--per-client",
+        type=int,
+        default=env.per_client,
+        help="explanations, pictures and batches in flight per client address (past it: 429)",
+    )
+    parser.add_argument(
+        "--max-queued",
+        type=int,
+        default=env.max_queued,
+        help="explanations and pictures waiting for a worker (past it: 503)",
+    )
+    parser.add_argument(
+        "--batch-share",
+        type=float,
+        default=env.batch_share,
+        help="share of the event loop batches get while other requests are in flight",
+    )
     a = parser.parse_args(argv)
     settings = Settings(
         host=a.host,
@@ -83,6 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         keepalive_timeout_s=a.keepalive_timeout,
         max_connections=a.max_connections,
         batch_budget_s=a.batch_budget,
+        max_active=a.max_active,
+        heavy_workers=a.heavy_workers,
+        per_client=a.per_client,
+        max_queued=a.max_queued,
+        batch_share=a.batch_share,
     )
     try:
         settings.check()

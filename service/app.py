@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import threading
@@ -21,11 +22,13 @@ from service.config import Settings
 from service.deps import Service, json_bytes
 from service.errors import CatchAll, bcetune_error, validation_error
 from service.limits import BodyLimit
+from service.methods import HeadAndSlashes
 from service.metrics import Metrics, MetricsMiddleware
 from service.routes import explorer, health, tables, tiling
 from service.routes import metrics as metrics_routes
+from service.scheduler import Admission, Disconnected, Refused, Scheduler, refusal_body
 from service.store import TableStore
-from tiling_model import BcetuneError, compiled
+from tiling_model import BcetuneError
 
 
 def _version() -> str:
@@ -48,25 +51,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.exception("table reload crashed; still serving the previous tables")
             ok = False
         metrics.reloads.labels("ok" if ok else "refused").inc()
+        if ok:
+            settle_heap(unfreeze=True)  # the old tables' objects can go; the new ones join the frozen heap
+
+    stopping = threading.Event()
+
+    scheduler = Scheduler(
+        settings.heavy_workers,
+        settings.per_client,
+        settings.max_queued,
+        settings.batch_share,
+        on_job=lambda outcome: metrics.jobs.labels(outcome).inc(),
+    )
 
     def warm_up() -> None:
-        """Compile the cost model's hot paths in the background: answers stay the same meanwhile
-        (the NumPy model), only slower; ~20 s the first time on a machine, then numba's cache."""
+        """The explorer's first picture off the request path, in the background: the scheduler's worker
+        processes start and load matplotlib, its fonts and renderers (the cost model needs no warm-up:
+        its engine is compiled when the package is installed). A thread, not a daemon: shutdown sets
+        ``stopping`` and waits for it."""
         try:
-            seconds = compiled.warm_up()
-        except Exception:  # noqa: BLE001 - without numba's compiler the NumPy model keeps serving
-            log.exception("compiling the cost model failed; serving with the NumPy model")
-            return
-        metrics.compiled.set(1)
-        logs.event(log, logging.INFO, "compiled cost model ready", seconds=round(seconds, 2))
-        try:  # the explorer's pictures: matplotlib's import, fonts and renderers off the first request
-            from tiling_model import TilingParams, Variant, compute_tiling
-            from tiling_model.explain import explain
-            from tiling_model.explorer_plot import PICTURES, render
-
-            e = explain(compute_tiling([4096], Variant("float32", "none"), TilingParams(), settings.default_soc))
-            for picture in PICTURES:
-                render(e, picture, "svg")
+            for _ in range(settings.heavy_workers):
+                if stopping.is_set():
+                    return
+                scheduler.pool().submit(warm_worker, settings.default_soc).result()
         except Exception:  # noqa: BLE001 - /tiling/plot then pays it, or says what is missing
             log.exception("warming up the explorer's pictures failed")
 
@@ -90,7 +97,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, on_sighup)
         watcher = loop.create_task(watch()) if settings.reload_interval_s > 0 else None
-        threading.Thread(target=warm_up, name="compile-model", daemon=True).start()
+        settle_heap()
+        metrics.watch_gc()
+        warmer = threading.Thread(target=warm_up, name="warm-up-explorer")
+        warmer.start()
         logs.event(
             log,
             logging.INFO,
@@ -100,16 +110,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_soc=settings.default_soc,
         )
         yield
+        stopping.set()
         if watcher:
             watcher.cancel()
+        await asyncio.to_thread(warmer.join)
+        await asyncio.to_thread(scheduler.shutdown)
+        metrics.unwatch_gc()
 
     app = FastAPI(
         title="bcetune",
         version=_version(),
         description="Tuned tilings for the Ascend C BinaryCrossEntropyGrad kernel on Ascend A2 NPUs.",
         lifespan=lifespan,
+        redirect_slashes=False,  # HeadAndSlashes redirects, without echoing the Host header
     )
-    app.state.service = Service(store, metrics, settings)  # what the routes' dependencies read
+    app.state.service = Service(store, metrics, settings, scheduler)  # what the routes' dependencies read
     for router in (tiling.router, explorer.router, tables.router, health.router, metrics_routes.router):
         app.include_router(router)
     if settings.bench_endpoints:
@@ -117,9 +132,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(BcetuneError, bcetune_error)
+    app.add_exception_handler(Refused, refused_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Disconnected, gone)
     app.add_middleware(CatchAll)  # innermost: metrics count its 500s
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Admission, scheduler=scheduler)  # before a body is parsed or limited
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(HeadAndSlashes, routes=app.router.routes)  # outermost: HEAD is a GET from here on
     return app
 
 
@@ -132,6 +151,40 @@ async def http_error(_request: Request, e: StarletteHTTPException) -> Response:
     response = json_bytes({"detail": e.detail}, status_code=e.status_code)
     response.headers.update(e.headers or {})  # e.g. Allow on a 405
     return response
+
+
+async def refused_error(_request: Request, e: Refused) -> Response:
+    """The scheduler's refusal (429: the client's share; 503: the server's), with Retry-After."""
+    headers = {"retry-after": str(e.retry_after)}
+    return Response(refusal_body(e), status_code=e.status, media_type="application/json", headers=headers)
+
+
+async def gone(_request: Request, _e: Exception) -> Response:
+    """The client left while its request waited: nothing reaches it; 499 (nginx's "client closed
+    request") is what the metrics and the access log count."""
+    return Response(status_code=499)
+
+
+def warm_worker(soc: str) -> None:
+    """A worker process's first job: one explanation and each picture drawn once (imports, fonts)."""
+    from tiling_model import TilingParams, Variant, compute_tiling
+    from tiling_model.explain import explain
+    from tiling_model.explorer_plot import PICTURES, render
+
+    e = explain(compute_tiling([4096], Variant("float32", "none"), TilingParams(), soc))
+    for picture in PICTURES:
+        render(e, picture, "svg")
+
+
+def settle_heap(unfreeze: bool = False) -> None:
+    """Collect once, then freeze what survived (gc.freeze): the modules, tables and profiles that live as
+    long as the process are no longer walked by every collection, which kept each cold request ~10%
+    slower and made the long pauses under load. ``unfreeze`` first (after a table reload) lets what the
+    old tables held be collected."""
+    if unfreeze:
+        gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def app_factory() -> FastAPI:

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from service.config import Settings
 from service.metrics import Metrics
+from service.scheduler import Scheduler
 from service.store import TableStore
 
 
@@ -22,6 +23,7 @@ class Service:
     store: TableStore
     metrics: Metrics
     settings: Settings
+    scheduler: Scheduler
 
 
 async def get_service(request: Request) -> Service:
@@ -37,13 +39,8 @@ async def get_metrics(request: Request) -> Metrics:
     return (await get_service(request)).metrics
 
 
-async def get_settings(request: Request) -> Settings:
-    return (await get_service(request)).settings
-
-
 StoreDep = Annotated[TableStore, Depends(get_store)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 ServiceDep = Annotated[Service, Depends(get_service)]
 
 

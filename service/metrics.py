@@ -1,7 +1,9 @@
-"""Prometheus metrics: requests and latency by endpoint and status, tiling sources, reloads."""
+"""Prometheus metrics: requests and latency by endpoint and status, tiling sources, reloads, the
+scheduler's jobs by outcome and the garbage collector's pauses."""
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -27,11 +29,41 @@ class Metrics:
         self.reloads = Counter(
             "bcetune_table_reloads_total", "table reloads by result", ["result"], registry=self.registry
         )
-        self.compiled = Gauge(
-            "bcetune_compiled_model",
-            "1 once the compiled cost model is warmed up (before: the NumPy model, same answers, slower)",
+        self.jobs = Counter(
+            "bcetune_scheduler_jobs_total",
+            "explanations and pictures by outcome (done, cancelled: the client left while it waited, failed)",
+            ["outcome"],
             registry=self.registry,
         )
+        self.gc_pauses = Histogram(
+            "bcetune_gc_pause_seconds",
+            "garbage-collection pauses of the serving process",
+            registry=self.registry,
+            buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
+        )
+        self.gc_pause_max = Gauge(
+            "bcetune_gc_pause_max_seconds", "the longest garbage-collection pause so far", registry=self.registry
+        )
+        self._gc_start = self._gc_max = 0.0
+
+    def watch_gc(self) -> None:
+        """Time every collection of this process (gc.callbacks: a start and a stop per collection)."""
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
+
+    def unwatch_gc(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._gc_start
+        self.gc_pauses.observe(pause)
+        if pause > self._gc_max:
+            self._gc_max = pause
+            self.gc_pause_max.set(pause)
 
 
 class MetricsMiddleware:

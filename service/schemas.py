@@ -105,8 +105,10 @@ class TilingRequest(BaseModel):
         if pos_weight == "last_dim" and info.data.get("shape") == []:
             raise ValueError("pos_weight='last_dim' needs a shape with at least one dim (its C is the last dim)")
         shape = info.data.get("shape")
-        if isinstance(pos_weight, list) and shape is not None:
-            _pos_weight_of(pos_weight, shape)
+        if isinstance(pos_weight, list):
+            _check_dims("pos_weight", pos_weight)  # also where the shape was refused
+            if shape is not None:
+                _pos_weight_of(pos_weight, shape)
         return pos_weight
 
     @field_validator("soc")
@@ -146,19 +148,25 @@ def _weight_of(weight: bool | str | list[int], shape: list[int]) -> Broadcast:
     """The weight's form and period: from its shape (tiling_model.broadcast_of), or a form named with
     the period of a [C] (last_dim) or [..., 1] (rows) weight: the last dim."""
     if isinstance(weight, list):
-        if len(weight) > MAX_DIMS:
-            raise ValueError(f"weight has {len(weight)} dims; at most {MAX_DIMS}")
-        for i, d in enumerate(weight):
-            if d < 0 or d > MAX_DIM:
-                raise ValueError(f"weight dimension {i} is {d}, outside 0..{MAX_DIM}")
+        _check_dims("weight", weight)
     try:
         return weight_spec(weight, shape)
     except UnsupportedError as e:
         raise ValueError(str(e)) from None
 
 
+def _check_dims(name: str, dims: list[int]) -> None:
+    """An operand's shape has the input's limits: at most MAX_DIMS dims, each 0..MAX_DIM."""
+    if len(dims) > MAX_DIMS:
+        raise ValueError(f"{name} has {len(dims)} dims; at most {MAX_DIMS}")
+    for i, d in enumerate(dims):
+        if d < 0 or d > MAX_DIM:
+            raise ValueError(f"{name} dimension {i} is {d}, outside 0..{MAX_DIM}")
+
+
 def _pos_weight_of(pos_weight: list[int], shape: list[int]) -> str:
-    """pos_weight's form from its shape (tiling_model.pos_weight_of: the input's shape or [C])."""
+    """pos_weight's form from its shape (tiling_model.pos_weight_of: the input's shape or [C]; its dims
+    are checked by the field's validator)."""
     try:
         return pos_weight_of(pos_weight, shape).form
     except UnsupportedError as e:
@@ -204,6 +212,7 @@ class Provenance(BaseModel):
                     "kernel_hash": "a9aa19aedf392a07",
                     "backend": "model",
                     "created": "2026-11-30T11:26:35+00:00",
+                    "device_fitted": False,
                 }
             ]
         }
@@ -214,6 +223,10 @@ class Provenance(BaseModel):
     kernel_hash: str | None
     backend: str
     created: str | None
+    device_fitted: bool = Field(
+        description="the table was tuned on a device and its answers use the SoC profile fitted on that sweep's "
+        "measurements (the re-fit at unseen sizes included)"
+    )
 
 
 class TilingResponse(BaseModel):
@@ -235,6 +248,7 @@ class TilingResponse(BaseModel):
                     "weight": "full",
                     "weight_period": 0,
                     "predicted_us": 9.17,
+                    "predicted_interval_us": [8.1, 11.2],
                     "roofline_us": 8.4,
                     "source": "exact",
                     "provenance": {
@@ -243,6 +257,7 @@ class TilingResponse(BaseModel):
                         "kernel_hash": "a9aa19aedf392a07",
                         "backend": "model",
                         "created": "2026-11-30T11:20:00+00:00",
+                        "device_fitted": False,
                     },
                 }
             ]
@@ -263,6 +278,10 @@ class TilingResponse(BaseModel):
     weight: BroadcastForm = Field(description="the weight's form the tiling is for")
     weight_period: int = Field(description="its period: P of last_dim, R of rows (elements per value); else 0")
     predicted_us: float
+    predicted_interval_us: tuple[float, float] | None = Field(
+        description="where the kernel time is expected (10th to 90th percentile of held-out measured / predicted in "
+        "the call's traffic class; narrower with a device-fitted profile); null where the profile records none"
+    )
     roofline_us: float
     source: Literal["exact", "bucket", "model"] = Field(
         description="exact: tuned at this size; bucket: the size bucket's BUFFER_NUM with block, cores and "

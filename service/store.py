@@ -53,7 +53,7 @@ def _signature(directory: Path) -> tuple[tuple[str, int, int], ...]:
 
 def _checked(table: TuningTable, path: Path, kernel_hash: str) -> LoadedTable:
     """Drop (and log) every entry whose tiling fails validation at its tuned size."""
-    soc = load_soc(table.soc)
+    soc = table.profile()
     keep, invalid = [], []
     for e in table.entries:
         try:
@@ -75,8 +75,8 @@ def _checked(table: TuningTable, path: Path, kernel_hash: str) -> LoadedTable:
         else:
             keep.append(e)
     stale = []
-    if table.soc_profile_hash != soc.profile_hash:
-        stale.append("SoC profile changed since tuning")
+    if table.device is None and table.soc_profile_hash != load_soc(table.soc).profile_hash:
+        stale.append("SoC profile changed since tuning")  # a device-tuned table brings its own
     if table.kernel_hash != kernel_hash:
         stale.append("kernel sources changed since tuning")
     return LoadedTable(replace(table, entries=tuple(keep)), path, tuple(invalid), tuple(stale))

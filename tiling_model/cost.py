@@ -1,7 +1,7 @@
-"""Predicted device time of one launch (the pipeline simulator behind a per-tiling API).
+"""Predicted device time of one launch: the engine's prediction behind a per-tiling API.
 
-``predict(t)`` and ``predict_detail(t)`` run ``simulate`` for one tiling; ``score_space``
-scores every configuration of the search space for one shape in a single vectorised call.
+``predict(t)`` and ``predict_detail(t)`` ask the engine (``tiling_model.engine``, the C++ model the build
+compiles) for one tiling of any scheme; ``space.score_space`` scores a whole search space with it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model.simulate import DEFAULT_L2, GM_ALIGN_BYTES, CoreKinds, L2State, l2_hit, simulate
+from tiling_model import engine
+from tiling_model.simulate import DEFAULT_L2, GM_ALIGN_BYTES, CoreKinds, L2State
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 
@@ -43,15 +44,14 @@ class Prediction:
         }
 
 
-def kinds_of(t: TilingData) -> CoreKinds:
+def engine_kinds(t: TilingData) -> engine.Kinds:
     """The per-kind work of one tiling, in closed form from the struct: what ``core_plan`` gives core by
     core (big cores below tailBlockNum, small ones after, core block_dim-1 the last), without building
-    it (tests/test_cost.py compares the two)."""
+    it (tests/tiling_model/test_cost.py compares the two). Any scheme: the seed's kinds are its struct's."""
     f, elem, bd = t.fields, t.elem_bytes, t.block_dim
     if bd == 0:
-        zero = np.zeros((1, 3), dtype=np.int64)
-        return CoreKinds(zero, zero, zero, zero, np.ones((1, 3), dtype=bool), np.array([f.tileDataNum]),
-                         np.array([t.params.buffer_num]), np.array([0]))  # fmt: skip
+        return engine.Kinds(counts=(0, 0, 0), elems=(0, 0, 0), tiles=(0, 0, 0), tail=(0, 0, 0),
+                            aligned=(True, True, True), cores=0)  # fmt: skip
     big_n = min(f.tailBlockNum, bd - 1)  # core bd-1 is the last core, whatever its index says
     small_n = max(bd - 1 - f.tailBlockNum, 0)
     small_start = f.bigCoreDataNum * f.tailBlockNum
@@ -61,71 +61,62 @@ def kinds_of(t: TilingData) -> CoreKinds:
         return (x * elem) % GM_ALIGN_BYTES == 0
 
     tile_ok = ok(f.tileDataNum)
-    aligned = [
-        big_n == 0 or (tile_ok and (big_n <= 1 or ok(f.bigCoreDataNum))),
-        small_n == 0 or (tile_ok and ok(small_start) and (small_n <= 1 or ok(f.smallCoreDataNum))),
-        tile_ok and ok(last_start),
-    ]
-    present = [big_n > 0, small_n > 0, True]
-    rows = [
-        (big_n, f.bigCoreDataNum, f.finalBigTileNum, f.bigTailDataNum),
-        (small_n, f.smallCoreDataNum, f.finalSmallTileNum, f.smallTailDataNum),
-        (1, f.lastCoreDataNum, f.lastCoreTileNum, f.lastCoreTailDataNum),
-    ]
-    cores, elems, tiles, tail = (
-        np.array([[r[j] if p else 0 for r, p in zip(rows, present, strict=True)]]) for j in range(4)
+    big, small = big_n > 0, small_n > 0
+    return engine.Kinds(
+        counts=(big_n, small_n, 1),
+        elems=(f.bigCoreDataNum if big else 0, f.smallCoreDataNum if small else 0, f.lastCoreDataNum),
+        tiles=(f.finalBigTileNum if big else 0, f.finalSmallTileNum if small else 0, f.lastCoreTileNum),
+        tail=(f.bigTailDataNum if big else 0, f.smallTailDataNum if small else 0, f.lastCoreTailDataNum),
+        aligned=(
+            big_n == 0 or (tile_ok and (big_n <= 1 or ok(f.bigCoreDataNum))),
+            small_n == 0 or (tile_ok and ok(small_start) and (small_n <= 1 or ok(f.smallCoreDataNum))),
+            tile_ok and ok(last_start),
+        ),
+        cores=bd,
     )
+
+
+def kinds_of(t: TilingData) -> CoreKinds:
+    """``engine_kinds`` as the vectorised specification's one-row CoreKinds (what ``simulate`` reads)."""
+    k = engine_kinds(t)
     return CoreKinds(
-        cores,
-        elems,
-        tiles,
-        tail,
-        np.array([aligned]),
-        np.array([f.tileDataNum]),
+        np.array([k.counts]),
+        np.array([k.elems]),
+        np.array([k.tiles]),
+        np.array([k.tail]),
+        np.array([k.aligned]),
+        np.array([t.fields.tileDataNum]),
         np.array([t.params.buffer_num]),
-        np.array([bd]),
+        np.array([k.cores]),
     )
 
 
-def exact_bytes_moved(t: TilingData, k: CoreKinds) -> int:
-    """Bytes one launch moves, in Python ints (the simulator's float64 is exact only below 2**53)."""
+def exact_bytes_moved(t: TilingData, k: engine.Kinds) -> int:
+    """Bytes one launch moves, in Python ints (the engine's doubles are exact only below 2**53)."""
     kernel = t.kernel
-    covered = sum(int(c) * int(e) for c, e in zip(k.cores[0], k.elems[0], strict=True))
+    covered = sum(c * e for c, e in zip(k.counts, k.elems, strict=True))
     scalar = len(kernel.scalar_inputs) * t.elem_bytes
     if kernel.scalar_queue_bytes:
-        scalar = sum(int(c) * int(n) for c, n in zip(k.cores[0], k.tiles[0], strict=True)) * kernel.scalar_queue_bytes
+        scalar = sum(c * n for c, n in zip(k.counts, k.tiles, strict=True)) * kernel.scalar_queue_bytes
     rows = kernel.row_inputs * -(-covered // kernel.row_len) if kernel.row_inputs else 0  # ceil(n / R) values
     dense = kernel.hbm_streams * covered
     return (dense + rows) * t.elem_bytes + scalar + t.block_dim * kernel.workspace_inputs * kernel.row_bytes
 
 
 def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = DEFAULT_L2) -> Prediction:
-    """The prediction of one tiling and where its time goes: compiled (``tiling_model.compiled``) once
-    the process has warmed it up, else ``simulate``; the same arithmetic, tests/test_compiled.py
-    compares them to the bit."""
-    from tiling_model import compiled  # numba compiles on first use, not at import
-
+    """The prediction of one tiling and where its time goes (the engine's ``Evaluate``; the
+    specification ``simulate`` gives the same numbers to the bit, tests/tiling_model/test_engine.py)."""
     profile = soc or load_soc(t.soc)
-    k = kinds_of(t)
-    if compiled.ready():
-        us, core_us, bandwidth_us, b0, b1, b2, _, roof, *_ = compiled.evaluate(
-            t.kernel, profile, k.cores[0], k.elems[0], k.tiles[0], k.tail[0], k.aligned[0],
-            int(k.tile_elems[0]), int(k.buffer_num[0]), int(k.block_dim[0]),
-            float(l2_hit(t.kernel, profile, np.array([t.n]), warm_l2)[0]),
-        )  # fmt: skip
-    else:  # the NumPy simulator: the same numbers to the bit (tests/test_compiled.py)
-        r = simulate(t.kernel, k, profile, np.array([t.n]), warm_l2)
-        us, core_us, bandwidth_us, roof = (
-            float(x[0]) for x in (r.predicted_us, r.core_us, r.bandwidth_us, r.roofline_us)
-        )
-        b0, b1, b2 = (float(x) for x in r.busy_us[0])
-    busy = (b0, b1, b2)
+    k = engine_kinds(t)
+    p = engine.evaluate(t.kernel, profile, k, t.fields.tileDataNum, t.params.buffer_num, t.n, warm_l2)
+    us, core_us, bandwidth_us, roof, busy = p.us, p.core_us, p.bandwidth_us, p.roofline_us, p.busy_us
+    us = us * _knob_factor(t, profile)
     if us == 0.0 or profile.launch_us >= max(core_us, bandwidth_us):
         bottleneck = "launch"
     elif bandwidth_us >= core_us:
         bottleneck = "hbm"
     else:
-        bottleneck = PIPES[int(np.argmax(busy))]
+        bottleneck = PIPES[busy.index(max(busy))]  # the first of the busiest, as np.argmax
     moved = exact_bytes_moved(t, k)
     return Prediction(
         predicted_us=us,
@@ -138,6 +129,23 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2Stat
         bandwidth_us=bandwidth_us,
         busy_us=dict(zip(PIPES, busy, strict=True)),
     )
+
+
+def predict_with_roofline(
+    t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = DEFAULT_L2
+) -> tuple[float, float]:
+    """``predict_detail``'s predicted and roofline times alone (what an answer of the service carries)."""
+    profile = soc or load_soc(t.soc)
+    p = engine.evaluate(t.kernel, profile, engine_kinds(t), t.fields.tileDataNum, t.params.buffer_num, t.n, warm_l2)
+    return p.us * _knob_factor(t, profile), p.roofline_us
+
+
+def _knob_factor(t: TilingData, soc: SocProfile) -> float:
+    """The device's knob correction of this tiling's prediction (1: none, or not bcetune's exact kernel)."""
+    if t.scheme != "exact":
+        return 1.0
+    p = t.params
+    return engine.knob_factor(t.kernel, soc, p.block_bytes, p.buffer_num, p.tile_bytes, t.block_dim)
 
 
 def predict(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = DEFAULT_L2) -> float:

@@ -6,234 +6,48 @@ its own launch). Per-SoC hardware parameters only are fitted (launch, core start
 bandwidth, and the steady-state L2 curve), never a per-operator constant; each operator is predicted
 by a fit on all the others, and the errors are reported per operator and per traffic class.
 ``calibrate_all`` is the shipped calibration (the fit on every operator, which ``python -m
-tiling_model calibrate --write`` puts into the profiles, and its held-out errors).
+tiling_model calibrate --write`` puts into the profiles, and its held-out errors). The fit itself is
+``tiling_model.calibrate.fit``, the one calibration path.
 """
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
-from tiling_model.calibrate import CalibrationError, read_csv
-from tiling_model.cost import predict
-from tiling_model.kernels import VECTOR_OPS, elementwise_kernel
-from tiling_model.simulate import DEFAULT_L2, L2State
-from tiling_model.soc import SocProfile
-from tiling_model.tiling import TilingData, TilingParams, tile_kernel
-
-#: Free parameters: SoC profile fields, each bounded by physics. Bandwidths stay below their peaks.
-PARAMS = (
-    "launch_us",
-    "core_start_us",
-    "hbm_gbps",
-    "l2_gbps",
-    "l2_half_bytes",
-    "l2_falloff",
+from tiling_model.calibrate import (
+    CALIBRATION_FILES,
+    F_SCALE,
+    HBM_FLOOR,
+    PARAMS,
+    Fitted,
+    Measured,
+    errors,
+    fit,
+    intervals,
+    read_all,
+    report,
+    round_value,
 )
-#: Fitted when asked (``fit(..., free=...)``, e.g. on your own NPU's records), not by default: the
-#: calibration's two vector-bound operators (GELU and Mish on half types) ask for factors 35% apart, so
-#: a factor fitted on one misses the other by as much; MSKPP's measured issue rates (factor 1) do better
-#: held out.
-OPTIONAL_PARAMS = ("vector_cycle_scale",)
-MIB = 2**20
-BOUNDS: dict[str, tuple[float, float]] = {
-    "launch_us": (0.5, 20.0),
-    "core_start_us": (0.0, 10.0),
-    # between HBM_FLOOR and 1 x the SoC's hbm_peak_gbps (below)
-    "hbm_gbps": (200.0, 5000.0),
-    "l2_gbps": (200.0, 20000.0),  # capped at l2_peak_gbps
-    # capped at twice the L2 size: past it the resident share (l2_bytes / footprint < 1/2) decides anyway
-    "l2_half_bytes": (8.0 * MIB, 2048.0 * MIB),
-    "l2_falloff": (0.5, 8.0),
-    # cycles per 256-B repeat are MSKPP's issue rates; a kernel's chain of dependent instructions (and
-    # the casts around half types) takes longer: one factor on every vector instruction, at least 1
-    "vector_cycle_scale": (1.0, 6.0),
-}
-#: A streaming kernel on A2 reaches 1.3-1.5 TB/s of the nominal 1.6 (shared/reference/ascend-a2-hardware.md,
-#: "aggregate streaming ceiling"): the fitted HBM rate stays at or above this share of the peak.
-HBM_FLOOR = 0.8
-#: Robust least squares: a case off by much more than F_SCALE in log time (about 20%: an implementation's
-#: fixed cost, a misread kernel) pulls on the fit like arctan, not like its square.
-LOSS = "arctan"
-F_SCALE = 0.2
-MAX_NFEV = 80
-TRAFFIC_CLASSES = (("< 4 MB", 0.0, 4e6), ("4-100 MB", 4e6, 100e6), ("> 100 MB", 100e6, float("inf")))
+from tiling_model.soc import SocProfile
 
-
-@dataclass(frozen=True)
-class Measured:
-    """One measured operator call: its launches (each a tiling of an elementwise kernel), the time."""
-
-    op: str
-    source: str  # file:line
-    launches: tuple[TilingData, ...]
-    measured_us: float
-    primary: bool  # False: the reading overstates the traffic (``status`` approx)
-
-    @property
-    def traffic_bytes(self) -> int:
-        return sum(t.kernel.streams * t.n * t.elem_bytes for t in self.launches)
-
-
-def _launch(spec: str, soc: SocProfile, where: str) -> TilingData:
-    """``n:dtype:inputs:outputs:op+op+...`` (``-``: a copy, no vector op) as the model's default tiling."""
-    try:
-        n, dtype, inputs, outputs, ops = spec.split(":")
-        names = [] if ops == "-" else ops.split("+")
-        kernel = elementwise_kernel(dtype, int(inputs), int(outputs), names, name=ops)
-        return tile_kernel(kernel, [int(n)], TilingParams(), soc)
-    except (ValueError, CalibrationError) as e:
-        raise CalibrationError(f"{where}: kernel {spec!r}: {e}") from None
-
-
-def read_readings(path: Path) -> dict[str, str]:
-    """``kernel_readings.csv``: op, ops, source: an operator's instruction list read from the kernel its
-    SoC runs, in place of the data file's reading (each row names its source)."""
-    try:
-        rows = list(csv.DictReader(path.open()))
-    except OSError as e:
-        raise CalibrationError(f"{path}: cannot read ({e.strerror})") from None
-    out: dict[str, str] = {}
-    for i, row in enumerate(rows, start=2):
-        op, ops, source = (row.get(k) or "" for k in ("op", "ops", "source"))
-        unknown = [o for o in ops.split("+") if o not in VECTOR_OPS]
-        if not op or not source.strip() or unknown or op in out:
-            why = f"unknown op(s) {', '.join(unknown)}" if unknown else "needs op, ops and source, one row per op"
-            raise CalibrationError(f"{path.name}:{i}: {why}")
-        out[op] = ops
-    return out
-
-
-def read_cannbench(path: Path, soc: SocProfile, readings: dict[str, str] | None = None) -> list[Measured]:
-    """``cannbench_910b2_elementwise.csv``: op, shape, dtype, measured_device_us, status, kernels; an op
-    in ``readings`` (single-kernel cases only) computes that instruction list instead."""
-    try:
-        rows = list(csv.DictReader(path.open()))
-    except OSError as e:
-        raise CalibrationError(f"{path}: cannot read ({e.strerror})") from None
-    out = []
-    for i, row in enumerate(rows, start=2):
-        where = f"{path.name}:{i}"
-        try:
-            us = float(row["measured_device_us"])
-            specs = row["kernels"].split(";")
-            if readings and row["op"] in readings:
-                if len(specs) != 1:
-                    raise ValueError(f"a reading of {row['op']!r} replaces one kernel's ops, not a composite's")
-                specs = [":".join([*specs[0].split(":")[:4], readings[row["op"]]])]
-            launches = tuple(_launch(spec, soc, where) for spec in specs)
-            out.append(Measured(row["op"], where, launches, us, row["status"] == "primary"))
-        except (KeyError, ValueError) as e:
-            raise CalibrationError(f"{where}: {e}") from None
-    return out
-
-
-def read_sigmoid(path: Path, soc: SocProfile) -> list[Measured]:
-    """``sigmoid_910b2.csv`` through ``calibrate.read_csv``: one launch each."""
-    return [
-        Measured("sigmoid", c.source, (tile_kernel(c.kernel, c.shape, c.params, soc),), c.measured_us, True)
-        for c in read_csv(path, "sigmoid")
-    ]
-
-
-#: The shipped measurements in ``data/calibration``: the Sigmoid set, the CANN-Bench set, and the
-#: instruction lists read from the kernels the 910B runs where the CANN-Bench reading took another's.
-CALIBRATION_FILES = ("sigmoid_910b2.csv", "cannbench_910b2_elementwise.csv", "kernel_readings.csv")
-
-
-def read_all(directory: Path, soc: SocProfile) -> list[Measured]:
-    sigmoid, cannbench, readings = (directory / f for f in CALIBRATION_FILES)
-    return read_sigmoid(sigmoid, soc) + read_cannbench(cannbench, soc, read_readings(readings))
-
-
-@dataclass(frozen=True)
-class Fitted:
-    """Fitted values of profile fields (``PARAMS``); predictions use the steady-state L2 they describe."""
-
-    values: dict[str, float]
-
-    def apply(self, soc: SocProfile) -> SocProfile:
-        values: dict[str, Any] = dict(self.values)
-        return replace(soc, **values)
-
-
-def predicted_us(m: Measured, soc: SocProfile, l2: L2State = DEFAULT_L2) -> float:
-    return sum(predict(t, soc, l2) for t in m.launches)
-
-
-def errors(cases: Sequence[Measured], soc: SocProfile, l2: L2State = DEFAULT_L2) -> np.ndarray:
-    pred = np.array([predicted_us(m, soc, l2) for m in cases])
-    meas = np.array([m.measured_us for m in cases])
-    out: np.ndarray = pred / meas - 1.0
-    return out
-
-
-def fit(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...] = PARAMS, f_scale: float = F_SCALE) -> Fitted:
-    """Least squares on log(predicted / measured) over ``cases`` (primary ones only)."""
-    data = [m for m in cases if m.primary]
-    if not data:
-        raise CalibrationError("no primary measurements to fit")
-    unknown = [p for p in free if p not in BOUNDS]
-    if unknown:
-        raise CalibrationError(f"cannot fit {', '.join(unknown)}; free parameters: {', '.join(BOUNDS)}")
-    peaks = {"hbm_gbps": soc.hbm_peak_gbps, "l2_gbps": soc.l2_peak_gbps, "l2_half_bytes": 2.0 * soc.l2_bytes}
-    floors = {"hbm_gbps": HBM_FLOOR * soc.hbm_peak_gbps}
-    lo = np.array([max(BOUNDS[p][0], floors.get(p, -np.inf)) for p in free])
-    hi = np.array([min(BOUNDS[p][1], peaks.get(p, np.inf)) for p in free])
-    lo = np.where(lo < hi, lo, hi / 2)  # a small L2 (310B1: 4 MiB) caps the half point below its usual floor
-    start = {"launch_us": 2.0, "core_start_us": 0.3, "hbm_gbps": soc.hbm_peak_gbps, "l2_gbps": soc.l2_peak_gbps / 2}
-    start |= {"l2_half_bytes": soc.l2_bytes / 2, "l2_falloff": 2.0, "vector_cycle_scale": 1.5}
-    x0 = np.clip([start[p] for p in free], lo, hi)
-    scale = np.maximum(np.abs(x0), 1e-3)  # fit in units of the start: MiB and GB/s on one footing
-
-    def residual(u: np.ndarray) -> np.ndarray:
-        fitted = Fitted(dict(zip(free, map(float, u * scale), strict=True)))
-        logs: np.ndarray = np.log1p(errors(data, fitted.apply(soc), DEFAULT_L2))
-        return logs
-
-    result = least_squares(
-        residual, x0 / scale, bounds=(lo / scale, hi / scale), diff_step=1e-3, max_nfev=MAX_NFEV, loss=LOSS,
-        f_scale=f_scale,
-    )  # fmt: skip
-    return Fitted({p: _round(p, float(v)) for p, v in zip(free, result.x * scale, strict=True)})
-
-
-def _round(param: str, value: float) -> float:
-    return float(round(value)) if param == "l2_half_bytes" else round(value, 4)
-
-
-def _stats(e: np.ndarray) -> dict[str, Any]:
-    a = np.abs(e)
-    if a.size == 0:
-        return {"cases": 0}
-    return {
-        "cases": int(a.size),
-        "median": round(float(np.median(a)), 4),
-        "p90": round(float(np.percentile(a, 90)), 4),
-        "worst": round(float(a.max()), 4),
-        "bias": round(float(np.median(e)), 4),  # > 0: the model is too slow
-    }
-
-
-def report(cases: Sequence[Measured], errs: np.ndarray) -> dict[str, Any]:
-    """Median / p90 / worst |error| per operator, per traffic class and overall (primary cases)."""
-    primary = np.array([m.primary for m in cases])
-    ops = sorted({m.op for m in cases})
-    traffic = np.array([m.traffic_bytes for m in cases])
-    return {
-        "overall": _stats(errs[primary]),
-        "by_operator": {op: _stats(errs[primary & np.array([m.op == op for m in cases])]) for op in ops},
-        "by_traffic": {
-            name: _stats(errs[primary & (traffic >= lo) & (traffic < hi)]) for name, lo, hi in TRAFFIC_CLASSES
-        },
-        "approx_cases": _stats(errs[~primary]),
-    }
+__all__ = [
+    "CALIBRATION_FILES",
+    "HBM_FLOOR",
+    "PARAMS",
+    "Calibration",
+    "calibrate_all",
+    "derived_values",
+    "leave_one_operator_out",
+    "loss_scale_study",
+    "profile_document",
+    "read_all",
+    "report",
+]
 
 
 def leave_one_operator_out(
@@ -292,7 +106,7 @@ def derived_values(fitted: Fitted, measured: SocProfile, target: SocProfile) -> 
             v = v * ratio
             if p in ("hbm_gbps", "l2_gbps"):
                 v = min(v, getattr(target, p.replace("_gbps", "_peak_gbps")))
-        out[p] = _round(p, v)
+        out[p] = round_value(p, v)
     return out
 
 
@@ -314,7 +128,7 @@ def profile_document(
     doc["vector_cycle_scale"] = 1.0
     doc["sources"]["vector_cycle_scale"] = (
         "1: MSKPP's measured issue rates as they are (data/mskpp_vector_instr_910b1.csv); not fitted by default "
-        "(tiling_model.crossval.OPTIONAL_PARAMS says why)"
+        "(tiling_model.calibrate.OPTIONAL_PARAMS says why)"
     )
     for p, v in values.items():
         doc[p] = v
@@ -347,6 +161,7 @@ class Calibration:
         if self.held_out is not None:
             loo = report(self.cases, self.held_out)["overall"]
             out |= {"loo_median": loo["median"], "loo_p90": loo["p90"]}
+            out["intervals"] = intervals(self.cases, self.held_out)
         return out
 
 

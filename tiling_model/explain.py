@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from tiling_model.cost import kinds_of, predict_detail
+from tiling_model import engine
+from tiling_model.cost import engine_kinds, predict_detail
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.plan import core_plan
-from tiling_model.simulate import DEFAULT_L2, KINDS, _costs, _pipeline_row
+from tiling_model.simulate import DEFAULT_L2, KINDS
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.space import score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
@@ -127,10 +128,10 @@ def ub_plan(t: TilingData, soc: SocProfile) -> UbPlan:
 
 def schedule(ntiles: int, full: tuple[float, float, float], tail: tuple[float, float, float], bn: int,
              shown: int) -> list[StageSpan]:  # fmt: skip
-    """The first ``shown`` tiles of one core as the simulator schedules them (simulate._pipeline_row's
-    recurrence): a tile's CopyIn waits for the previous CopyIn and for the Compute of the tile BUFFER_NUM
-    before (its buffer); its Compute for its CopyIn, the previous Compute and the CopyOut BUFFER_NUM
-    before; its CopyOut for its Compute and the previous CopyOut."""
+    """The first ``shown`` tiles of one core as the simulator schedules them (simulate.py's pipeline
+    recurrence, drawn tile by tile): a tile's CopyIn waits for the previous CopyIn and for the Compute
+    of the tile BUFFER_NUM before (its buffer); its Compute for its CopyIn, the previous Compute and the
+    CopyOut BUFFER_NUM before; its CopyOut for its Compute and the previous CopyOut."""
     spans: list[StageSpan] = []
     comp_hist, out_hist = [0.0], [0.0]
     in_end = comp_end = out_end = 0.0
@@ -154,22 +155,20 @@ def schedule(ntiles: int, full: tuple[float, float, float], tail: tuple[float, f
 
 
 def _timelines(t: TilingData, soc: SocProfile) -> tuple[KindTimeline, ...]:
-    k = kinds_of(t)
-    c = _costs(t.kernel, k, soc, np.array([t.n]), DEFAULT_L2)
-    start = soc.core_start_us + float(c.row_us[0])
+    k = engine_kinds(t)
+    bn = t.params.buffer_num
+    kinds, row_us = engine.pipelines(t.kernel, soc, k, t.fields.tileDataNum, bn, t.n, DEFAULT_L2)
+    start = soc.core_start_us + row_us
     out = []
     for j, kind in enumerate(KINDS):
-        cores, ntiles = int(k.cores[0, j]), int(k.tiles[0, j])
+        cores, ntiles = k.counts[j], k.tiles[j]
         if cores <= 0 or ntiles <= 0:
             continue
-        full = (float(c.full[0][0, j]), float(c.full[1][0, j]), float(c.full[2][0, j]))
-        tail = (float(c.tail[0][0, j]), float(c.tail[1][0, j]), float(c.tail[2][0, j]))
-        bn = t.params.buffer_num
+        full, tail, pipeline_end = kinds[j]
         nfull = ntiles - 1
         busy = {s: nfull * f + x for s, f, x in zip(STAGES, full, tail, strict=True)}
-        end = start + _pipeline_row(ntiles, full, tail, bn)
         out.append(KindTimeline(kind, cores, ntiles, start, tuple(schedule(ntiles, full, tail, bn, MAX_TILES_SHOWN)),
-                                end, busy))  # fmt: skip
+                                start + pipeline_end, busy))  # fmt: skip
     return tuple(out)
 
 
@@ -206,7 +205,7 @@ def _landscape(t: TilingData, soc: SocProfile) -> Landscape | None:
 
 
 def explain(t: TilingData, soc: SocProfile | str | None = None, landscape: bool = True) -> Explanation:
-    """The explorer's data for one tiling (steady-state L2, as the tables are tuned)."""
+    """The explorer's data for one tiling (in the default cold L2, as the tables are tuned)."""
     soc = load_soc(soc or t.soc) if not isinstance(soc, SocProfile) else soc
     pred = predict_detail(t, soc)
     plans = core_plan(t)

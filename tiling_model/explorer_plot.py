@@ -99,7 +99,7 @@ def _timeline(e: Explanation, fig: Figure) -> None:
         y += 0.5
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("us from the launch (steady-state L2; | marks the core's last CopyOut)")
+    ax.set_xlabel("us from the launch (cold L2, as tuned; | marks the core's last CopyOut)")
     shown = max((len(tl.spans) // 3 for tl in e.timelines), default=0)
     most = max((tl.tiles for tl in e.timelines), default=0)
     extra = f", first {shown} of {most} tiles drawn" if most > shown else ""

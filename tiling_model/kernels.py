@@ -9,6 +9,7 @@ BCE-grad variant from one place.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -38,6 +39,8 @@ CYCLES_PER_REPEAT: dict[str, float] = {
 }  # fmt: skip
 CYCLES_HALF_OVERRIDES: dict[str, float] = {"exp": 3.9, "ln": 3.9, "sqrt": 4.0, "div": 4.1}
 VECTOR_OPS = tuple(sorted(CYCLES_PER_REPEAT))
+#: Elementwise kernels the calibration data times, by name: (full inputs, outputs, vector ops per tile).
+NAMED_KERNELS: dict[str, tuple[int, int, tuple[str, ...]]] = {"sigmoid": (1, 1, ("muls", "exp", "adds", "rec"))}
 #: The requirement's tiling and kernel ("seed") or bcetune's ("exact"): the kernel plan differs.
 Scheme = Literal["seed", "exact"]
 SCHEMES: tuple[Scheme, ...] = ("seed", "exact")
@@ -79,6 +82,25 @@ class ElementwiseKernel:
     row_inputs: int = 0
     row_len: int = 0
     row_expand_bytes: int = 0
+    # bcetune's own kernel: a device's knob correction (SocProfile.knob_correction) applies to its
+    # predictions; not to other operators' kernels (the calibration's) or the requirement's
+    knob_corrected: bool = False
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: kernels key the caches of the hot path (a frozen value)."""
+        try:
+            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+        except KeyError:
+            h = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", h)
+            return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the cached hash: str hashes differ from one process to the next."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     @property
     def elem_bytes(self) -> int:
@@ -109,6 +131,7 @@ class ElementwiseKernel:
         rows = self.row_inputs * (n / self.row_len) if self.row_inputs else 0.0
         return (self.hbm_streams * n + rows) * self.elem_bytes
 
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - kernels are frozen values, few and long-lived
     def allowed_buffer_nums(self, choices: tuple[int, ...] = (1, 2, 3, 4)) -> tuple[int, ...]:
         worst = max(self.vecin_queues, self.vecout_queues)
         return tuple(b for b in choices if worst * b <= MAX_BUFFERS_PER_POSITION)
@@ -132,6 +155,7 @@ class ElementwiseKernel:
             out.append(("last-dim row", "staging TBuf", 1, _round_up(self.row_bytes, 32)))
         return tuple(out)
 
+    @functools.lru_cache(maxsize=65536)  # noqa: B019 - kernels are frozen values, few and long-lived
     def ub_bytes(self, tile_bytes: int, buffer_num: int) -> int:
         """UB bytes InitBuffer asks for (each buffer rounded up to 32 B, as TPipe does)."""
         return sum(count * each for _, _, count, each in self.ub_buffers(tile_bytes, buffer_num))
@@ -237,7 +261,7 @@ def bce_grad_kernel(
     return ElementwiseKernel(
         name, v.dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps,
         workspace_inputs=workspace, row_inputs=rows, row_len=weight_period if rows else 0,
-        row_expand_bytes=work if rows else 0,
+        row_expand_bytes=work if rows else 0, knob_corrected=True,
     )  # fmt: skip
 
 

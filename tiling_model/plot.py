@@ -68,7 +68,7 @@ def plot_one(soc_name: str, dtype: str, out_dir: Path) -> Path:
     ax2.set_ylabel("fraction of roofline")
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend()
-    fig.suptitle(f"BinaryCrossEntropyGrad {dtype}, reduction none, weight — {soc_name} (cost model, steady-state L2)")
+    fig.suptitle(f"BinaryCrossEntropyGrad {dtype}, reduction none, weight — {soc_name} (cost model, cold L2)")
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"model_{soc_name}_{dtype}.png"

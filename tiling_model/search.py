@@ -3,12 +3,11 @@ tuned bucket's knobs to an exact size the table was not tuned at."""
 
 from __future__ import annotations
 
-import numpy as np
-
+from tiling_model import engine
 from tiling_model.errors import InvalidTiling
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile
-from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TIE_DECIMALS, score_space, tile_choices
+from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TILE_STEP_BYTES, score_space
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling, element_count
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
@@ -65,8 +64,8 @@ def _fastest_valid(
     weight_period: int = 0,
 ) -> TilingData | None:
     """The fastest configuration whose tiling (of ``shape``, default [n]) validates: the best one (found
-    by the compiled re-fit, one block and buffer count at a time), else the RANKED fastest in order from
-    the pruned NumPy scoring; None if none of them validates. ``seed`` (block, tile, cores) only speeds
+    by the engine's re-fit, one buffer count at a time), else the RANKED fastest in order from the
+    pruned scoring; None if none of them validates. ``seed`` (block, tile, cores) only speeds
     the search up."""
     kernel = bce_grad_kernel(variant, "exact", classes, weight_period)
     if shape is None:
@@ -94,23 +93,18 @@ def _best_params(
     buffers_only: tuple[int, ...] | None,
     seed: tuple[int, int, int] | None = None,
 ) -> TilingParams | None:
-    """``score_space(...).best_index()``'s configuration with the compiled re-fit: each buffer count's
+    """``score_space(...).best_index()``'s configuration with the engine's re-fit: each buffer count's
     best over the blocks, then the space's tie-break across buffer counts (ScoredSpace.best_index)."""
-    from tiling_model import compiled  # numba compiles on first use, not at import
-
-    if not compiled.ready():  # the NumPy model: the same pick (tests/test_compiled.py), slower
-        scored = score_space(kernel, soc, n, blocks_only=blocks_only, buffers_only=buffers_only, top=1)
-        return scored.params(scored.best_index()) if len(scored) else None
     keys = []
     for bn in kernel.allowed_buffer_nums(BUFFER_CHOICES):
         if buffers_only is not None and bn not in buffers_only:
             continue
-        tiles = tile_choices(kernel, soc, bn)
-        if tiles.size == 0:
+        top = kernel.max_tile_bytes(soc.ub_usable_bytes, bn) // TILE_STEP_BYTES * TILE_STEP_BYTES  # tile_choices' last
+        if top < TILE_STEP_BYTES:
             continue
         blocks = blocks_only if blocks_only is not None else BLOCK_CHOICES
-        block, tile, cores, us = compiled.refit_choice(kernel, soc, n, blocks, bn, tiles, seed)
-        keys.append((float(np.round(us, TIE_DECIMALS)), bn < 2, bn, -tile, -cores, -block))
+        c = engine.refit(kernel, soc, n, blocks, bn, top, seed)
+        keys.append((engine.tie_key(c.us), bn < 2, bn, -c.tile_bytes, -c.core_num, -c.block_bytes))
     if not keys:
         return None
     _, _, bn, tile, cores, block = min(keys)

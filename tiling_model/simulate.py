@@ -1,4 +1,7 @@
-"""Pipeline simulator of one kernel launch, vectorised over many tilings at once.
+"""Pipeline simulator of one kernel launch, vectorised over many tilings at once: the cost model's
+readable specification. The engine that answers (``tiling_model.engine``, the C++ model the build
+compiles) computes the same operations on the same doubles in the same order, one tiling at a time;
+tests/tiling_model/test_engine.py holds the two equal to the bit.
 
 Each core runs its tiles through three pipes in order: CopyIn on MTE2 (one DMA per input
 stream read), Compute on V (the kernel's vector instructions) and CopyOut on MTE3, with
@@ -26,6 +29,7 @@ or an explicit curve).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,7 +47,6 @@ BOUND_SLACK = 1e-9  # relative and absolute (us): the simulator's period jump is
 # pruning treats a bound as below a prediction unless it passes it by more than this.
 PRUNE_MARGIN_US = 1e-6
 PRUNE_RELATIVE = 1e-12
-SCALAR_ROWS = 6  # up to this many (tiling, core kind) rows, the pipeline runs in plain Python floats
 KINDS = ("big", "small", "last")
 DUP_CYCLES = CYCLES_PER_REPEAT["duplicate"]
 
@@ -63,7 +66,12 @@ class SteadyL2:
     def hit(self, footprint: np.ndarray) -> np.ndarray:
         f = np.asarray(footprint, dtype=float)
         ratio: np.ndarray = f / self.half_bytes
-        share: np.ndarray = np.minimum(1.0 / (1.0 + ratio**self.falloff), resident_share(f, self.l2_bytes))
+        # the C library's pow, as the engine's std::pow: NumPy's own vectorised power (AVX-512 builds) can
+        # differ from it in the last bit, and a prediction must be the engine's to the bit
+        unique, where = np.unique(ratio, return_inverse=True)
+        powered = np.array([math.pow(r, self.falloff) for r in unique.tolist()], dtype=float)
+        powered = powered[where].reshape(ratio.shape)
+        share: np.ndarray = np.minimum(1.0 / (1.0 + powered), resident_share(f, self.l2_bytes))
         return share
 
 
@@ -73,11 +81,14 @@ def resident_share(footprint: np.ndarray, l2_bytes: float) -> np.ndarray:
     return share
 
 
-#: The L2 state a prediction assumes: "steady" (the default: the SoC profile's fitted steady state of
-#: repeated launches, what profilers report), False = cold (first touch, all HBM), True = warm (the
-#: share of the footprint that fits in L2 hits), or an explicit steady-state curve (fitting).
+#: The L2 state a prediction assumes: False = cold (first touch, all HBM: the default), "steady" (the
+#: SoC profile's fitted steady state of repeated launches, what profilers report when they repeat a
+#: launch), True = warm (the share of the footprint that fits in L2 hits), or an explicit steady-state
+#: curve (fitting). Cold is what bcetune tunes for: in training the kernel's inputs (the forward's
+#: probabilities, the labels) were written long before the backward pass reads them, and the NPU
+#: backend times it so (L2 flushed before every sample); the engine's kDefaultL2 says the same.
 L2State = bool | SteadyL2 | Literal["steady"]
-DEFAULT_L2: L2State = "steady"
+DEFAULT_L2: L2State = False
 #: The L2 states by name, as the CLI flags and measurement records spell them.
 L2_STATES: dict[str, L2State] = {"steady": "steady", "cold": False, "warm": True}
 
@@ -95,10 +106,6 @@ class CoreKinds:
     buffer_num: np.ndarray  # (M,)
     block_dim: np.ndarray  # (M,)
 
-    def take(self, rows: np.ndarray) -> CoreKinds:
-        """The tilings at ``rows`` only."""
-        return CoreKinds(*(getattr(self, f)[rows] for f in CoreKinds.__dataclass_fields__))
-
 
 @dataclass(frozen=True)
 class BatchResult:
@@ -111,7 +118,9 @@ class BatchResult:
 
 
 @functools.lru_cache(maxsize=64)
-def _curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray, float, float]:
+def curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """A DMA curve's points in bytes and us, its slope past the last point (us per byte) and the fixed cost
+    it extrapolates to at 0 bytes."""
     kib = np.array([p[0] for p in points]) * 1024.0
     us = np.array([p[1] for p in points])
     slope = (us[-1] - us[-2]) / (kib[-1] - kib[-2])
@@ -127,7 +136,7 @@ def copy_us(
     misaligned_factor: float,
 ) -> np.ndarray:
     """Time of one DMA of ``nbytes`` on one core (0 for 0 bytes)."""
-    kib, us, slope, fixed = _curve(points)
+    kib, us, slope, fixed = curve(points)
     b = np.asarray(nbytes, dtype=float)
     t = np.where(b <= kib[-1], np.interp(b, kib, us), us[-1] + (b - kib[-1]) * slope)
     t = np.maximum(t, fixed + b / (share_gbps * 1e3))
@@ -155,54 +164,16 @@ def row_values(elems: np.ndarray, row_len: float) -> np.ndarray:
     return np.where(e > 0, np.minimum(e, np.ceil(e / row_len) + 1.0), 0.0)
 
 
-def _pipeline(
+def pipeline(
     ntiles: np.ndarray, full: tuple[np.ndarray, ...], tail: tuple[np.ndarray, ...], bn: np.ndarray
 ) -> np.ndarray:
-    """End time of the last CopyOut for each row (arrays of shape (R,))."""
+    """End time of the last CopyOut for each row (arrays of shape (R,)): the recurrence above, rows of one
+    buffer count at a time."""
     out = np.zeros(ntiles.shape[0])
-    if ntiles.shape[0] <= SCALAR_ROWS:  # one tiling: plain floats beat numpy's per-call cost ~10x
-        for r in range(ntiles.shape[0]):
-            out[r] = _pipeline_row(
-                int(ntiles[r]), tuple(float(x[r]) for x in full), tuple(float(x[r]) for x in tail), int(bn[r])
-            )
-        return out
     for b in np.unique(bn):
         rows = bn == b
         out[rows] = _pipeline_fixed_bn(ntiles[rows], tuple(x[rows] for x in full), tuple(x[rows] for x in tail), int(b))
     return out
-
-
-def _pipeline_row(ntiles: int, full: tuple[float, ...], tail: tuple[float, ...], bn: int) -> float:
-    """``_pipeline_fixed_bn`` for one row in Python floats: the same operations in the same order on
-    the same IEEE doubles, so the same result to the bit (tests/test_tiling_properties.py checks)."""
-    comp_hist, out_hist = [0.0], [0.0]
-    in_end = comp_end = out_end = 0.0
-
-    def step(col: int, active: bool, is_tail: bool) -> None:
-        nonlocal in_end, comp_end, out_end
-        a, b, c = tail if is_tail else full
-        back = max(col - bn, -1) + 1
-        ie = max(in_end, comp_hist[back]) + a
-        ce = max(max(ie, comp_end), out_hist[back]) + b
-        oe = max(ce, out_end) + c
-        if active:
-            in_end, comp_end, out_end = ie, ce, oe
-        comp_hist.append(comp_end)
-        out_hist.append(out_end)
-
-    for i in range(min(WARMUP, ntiles)):
-        step(i, i < ntiles, ntiles - 1 == i)
-    if ntiles > WARMUP:
-        period = (out_hist[WARMUP] - out_hist[WARMUP - PERIOD]) / PERIOD
-        skip = (ntiles - WARMUP - 1) // PERIOD * PERIOD
-        shift = skip * period
-        in_end, comp_end, out_end = in_end + shift, comp_end + shift, out_end + shift
-        comp_hist = [0.0] + [h + shift for h in comp_hist[1:]]
-        out_hist = [0.0] + [h + shift for h in out_hist[1:]]
-        remaining = ntiles - WARMUP - skip
-        for j in range(PERIOD):
-            step(WARMUP + j, j < remaining, remaining - 1 == j)
-    return out_end
 
 
 def _pipeline_fixed_bn(
@@ -266,13 +237,6 @@ class _Costs:
     bandwidth_us: np.ndarray
     roofline_us: np.ndarray
     launched: np.ndarray
-
-    def take(self, rows: np.ndarray) -> _Costs:
-        return _Costs(
-            tuple(x[rows] for x in self.full),
-            tuple(x[rows] for x in self.tail),
-            *(getattr(self, f)[rows] for f in ("row_us", "bytes_moved", "bandwidth_us", "roofline_us", "launched")),
-        )
 
 
 def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State) -> _Costs:
@@ -346,7 +310,7 @@ def _schedule(k: CoreKinds, c: _Costs, soc: SocProfile) -> BatchResult:
     bn = np.repeat(k.buffer_num[:, None], 3, axis=1).ravel()
     live = ((k.cores > 0) & (k.tiles > 0)).ravel()
     end = np.zeros(m * 3)
-    end[live] = _pipeline(
+    end[live] = pipeline(
         k.tiles.ravel()[live], tuple(s.ravel()[live] for s in full), tuple(s.ravel()[live] for s in tail), bn[live]
     )
     end = end.reshape(m, 3)
@@ -358,21 +322,6 @@ def _schedule(k: CoreKinds, c: _Costs, soc: SocProfile) -> BatchResult:
     busy = busy[np.arange(m), slowest]
     predicted = np.where(c.launched, soc.launch_us + np.maximum(core_us, c.bandwidth_us), 0.0)
     return BatchResult(predicted, core_us, c.bandwidth_us, busy, c.bytes_moved, c.roofline_us)
-
-
-class Bounded:
-    """Bounds on the prediction of M tilings (``bounds_us``), and the exact prediction of any of them
-    from the same stage costs (no second cost computation)."""
-
-    def __init__(
-        self, kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State
-    ) -> None:
-        self.kinds, self.soc = k, soc
-        self.costs = _costs(kernel, k, soc, n, warm_l2)
-        self.lower, self.certain = _bounds(k, self.costs, soc)
-
-    def predicted_us(self, rows: np.ndarray) -> np.ndarray:
-        return _schedule(self.kinds.take(rows), self.costs.take(rows), self.soc).predicted_us
 
 
 def bounds_us(
@@ -408,6 +357,9 @@ def _bounds(k: CoreKinds, c: _Costs, soc: SocProfile) -> tuple[np.ndarray, np.nd
             a1 + b1 + nfull * cc + tc,
             hops * (a + b) + ta + tb + tc,
             a1 + hops * (b + cc) + tb + tc,
+            nfull * a + b + cc + tc,  # the staircases that turn at the last full tile (its tail is small)
+            nfull * a + b + tb + tc,
+            a + nfull * b + cc + tc,
         ]
     )
     live = (k.cores > 0) & (k.tiles > 0)
@@ -422,7 +374,7 @@ def _bounds(k: CoreKinds, c: _Costs, soc: SocProfile) -> tuple[np.ndarray, np.nd
     period = np.maximum.reduce([fa, fb, fc, (fa + fb) / bn, (fb + fc) / bn])
     upper = np.where(live, nfull * period + fa + fb + fc + fixed, 0.0).max(axis=1)
     traffic_decides = upper * (1 + BOUND_SLACK) + BOUND_SLACK < c.bandwidth_us
-    return lower, ~c.launched | single.all(axis=1) | traffic_decides
+    return lower, ~c.launched | (single | ~live).all(axis=1) | traffic_decides  # a kind with no core runs nothing
 
 
 def kinds_exact(
@@ -452,3 +404,28 @@ def kinds_exact(
     last_start_ok = (n - last) * elem % GM_ALIGN_BYTES == 0
     aligned = stride_ok & np.stack([big_ok | (tail_blocks <= 1), small_start_ok, last_start_ok], axis=1)
     return CoreKinds(counts, elems, tiles, tail, aligned, tile_elems, buffer_num, cores)
+
+
+def knob_factors(
+    kernel: ElementwiseKernel, soc: SocProfile, block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray
+) -> np.ndarray:
+    """The SoC's knob correction of each configuration (engine KnobFactor): ((block class x BUFFER_NUM) x
+    tile alignment class) x cores that run, 1 for a kernel it does not apply to. What score_space's
+    predictions carry."""
+    c = soc.knob_correction
+    m = np.shape(block)
+    if c.identity or not kernel.knob_corrected:
+        return np.ones(m)
+    b = np.asarray(block, dtype=np.int64)
+    bits = np.zeros(m, dtype=np.int64)
+    for e in range(1, 16):  # the power of two at or below the block
+        bits = np.where(b >= (1 << e), e, bits)
+    t = np.asarray(tile, dtype=np.int64)
+    align = np.zeros(m, dtype=np.int64)
+    for cls in (1, 2, 3):
+        align = np.where(t % (512 << cls) == 0, cls, align)
+    n = np.clip(np.asarray(bn, dtype=np.int64), 0, 4)
+    k = np.clip(np.asarray(cores, dtype=np.int64), 0, 64)
+    factors: np.ndarray = np.asarray(c.block)[bits] * np.asarray(c.buffer)[n] * np.asarray(c.align)[align]
+    factors = factors * np.asarray(c.cores)[k]
+    return factors

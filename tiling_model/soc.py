@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tiling_model.correction import IDENTITY, KnobCorrection
 from tiling_model.errors import BadRequest
 
 
@@ -44,7 +45,7 @@ class SocProfile:
     misaligned_bw_factor: float
     # A factor on MSKPP's cycles per repeat (issue rates of one instruction; a chain of dependent
     # instructions may retire slower): 1 in the shipped profiles, fittable on your own measurements
-    # (tiling_model.crossval.OPTIONAL_PARAMS says why it is not fitted by default).
+    # (tiling_model.calibrate.OPTIONAL_PARAMS says why it is not fitted by default).
     vector_cycle_scale: float
     # The steady state of repeated launches: the share of a launch's traffic that hits L2 is
     # 1 / (1 + (footprint / l2_half_bytes) ** l2_falloff), at most the share the L2 can hold,
@@ -53,6 +54,9 @@ class SocProfile:
     l2_falloff: float
     sources: dict[str, str] = field(compare=False, hash=False)
     calibration: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    # What a device's measurements of bcetune's kernel say beyond the hardware parameters (identity in
+    # the shipped profiles; fitted by a sweep on a device: tiling_model.correction).
+    knob_correction: KnobCorrection = IDENTITY
     profile_hash: str = field(default="", compare=False)
 
     @property
@@ -88,15 +92,25 @@ def load_soc(name: str) -> SocProfile:
     """Load one profile by SoC name (e.g. ``Ascend910B2``)."""
     if name not in known_socs():
         raise UnknownSocError(f"unknown SoC {name!r}; known: {', '.join(known_socs())}")
-    raw_bytes = (profile_dir() / f"{name}.json").read_bytes()
-    raw = json.loads(raw_bytes)
+    return profile_from_json(json.loads((profile_dir() / f"{name}.json").read_bytes()))
+
+
+def profile_from_json(doc: dict[str, Any]) -> SocProfile:
+    """A profile from its JSON document (a profile file, or the one a device-tuned table carries); a
+    document that is not one is a BadRequest naming what is wrong."""
+    raw = dict(doc)
     raw.pop("$comment", None)
-    raw["mte2_curve_kib_us"] = tuple(tuple(p) for p in raw["mte2_curve_kib_us"])
-    raw["mte3_curve_kib_us"] = tuple(tuple(p) for p in raw["mte3_curve_kib_us"])
-    # The hash covers what predictions depend on, not the source notes or calibration residuals.
-    model = {k: v for k, v in raw.items() if k not in ("sources", "calibration")}
-    raw["profile_hash"] = hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
-    return SocProfile(**raw)
+    try:
+        raw["mte2_curve_kib_us"] = tuple(tuple(p) for p in raw["mte2_curve_kib_us"])
+        raw["mte3_curve_kib_us"] = tuple(tuple(p) for p in raw["mte3_curve_kib_us"])
+        if "knob_correction" in raw:
+            raw["knob_correction"] = KnobCorrection.from_json(raw["knob_correction"])
+        # The hash covers what predictions depend on, not the source notes or calibration residuals.
+        model = {k: v for k, v in doc.items() if k not in ("sources", "calibration", "$comment")}
+        raw["profile_hash"] = hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
+        return SocProfile(**raw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise BadRequest(f"not a SoC profile: {type(e).__name__}: {e}") from None
 
 
 def profile_to_json(profile: SocProfile) -> dict[str, Any]:
@@ -106,4 +120,8 @@ def profile_to_json(profile: SocProfile) -> dict[str, Any]:
     d["mte3_curve_kib_us"] = [list(p) for p in profile.mte3_curve_kib_us]
     if d["calibration"] is None:
         del d["calibration"]
+    if profile.knob_correction.identity:
+        del d["knob_correction"]
+    else:
+        d["knob_correction"] = profile.knob_correction.to_json()
     return d

@@ -1,8 +1,7 @@
 """The search space of the four tiling knobs, and scoring all of it at once with the model.
 
 The tuner samples this space; ``score_space`` predicts every configuration in it for one
-shape in one vectorised simulator call (the model's best is the tuner's first trials and the
-service's fallback).
+shape with the engine (the model's best is the tuner's first trials and the service's fallback).
 """
 
 from __future__ import annotations
@@ -11,17 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tiling_model import engine
 from tiling_model.kernels import ElementwiseKernel
-from tiling_model.simulate import (
-    DEFAULT_L2,
-    PRUNE_MARGIN_US,
-    PRUNE_RELATIVE,
-    BatchResult,
-    Bounded,
-    L2State,
-    kinds_exact,
-    simulate,
-)
+from tiling_model.simulate import DEFAULT_L2, PRUNE_MARGIN_US, PRUNE_RELATIVE, BatchResult, L2State
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams
 
@@ -107,15 +98,12 @@ def score_space(
     the simulator's cheap lower bound, the lowest bounds are simulated first, and simulation goes on
     until no configuration left has a bound below the ``top``-th fastest found (ties included). The
     returned space holds those configurations only; its ``best_index`` and ``ranked(top)`` are the
-    full space's (tests/test_tiling_properties.py compares them). Only ``predicted_us`` is filled then
+    full space's (tests/tiling_model/test_tiling_properties.py compares them). Only ``predicted_us`` is filled then
     (the other result fields are NaN): what ranking needs, nothing more."""
     block, bn, tile, cores = enumerate_space(kernel, soc, n, blocks_only, buffers_only)
-    kinds = kinds_exact(n, kernel.elem_bytes, block, bn, tile, cores)
     if top is None:
-        result = simulate(kernel, kinds, soc, np.full(block.shape, n), warm_l2)
-        return ScoredSpace(block, bn, tile, cores, result)
-    bounded = Bounded(kernel, kinds, soc, np.full(block.shape, n), warm_l2)
-    bound, certain = bounded.lower, bounded.certain
+        return ScoredSpace(block, bn, tile, cores, engine.score(kernel, soc, n, block, bn, tile, cores, warm_l2))
+    bound, certain = engine.bound(kernel, soc, n, block, bn, tile, cores, warm_l2)
     order = np.argsort(bound, kind="stable")
     picked = order[: max(top, PRUNE_CHUNK)]
     predicted = np.where(certain, bound, np.nan)
@@ -123,7 +111,9 @@ def score_space(
     while True:
         rows = picked[~done[picked]]
         if rows.size:
-            predicted[rows] = bounded.predicted_us(rows)
+            predicted[rows] = engine.score(
+                kernel, soc, n, block[rows], bn[rows], tile[rows], cores[rows], warm_l2
+            ).predicted_us
             done[rows] = True
         found = np.sort(predicted[done])
         threshold = found[min(top, found.size) - 1] * (1 + PRUNE_RELATIVE) + PRUNE_MARGIN_US

@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from tiling_model.errors import BadRequest, TableError
+from tiling_model.soc import SocProfile, load_soc, profile_from_json
 from tiling_model.tiling import KNOB_NAMES, TilingParams
 from tiling_model.variant import WEIGHT_FORMS, Variant
 
-#: 4: weight is a broadcast form ("full", "none", ...; was a boolean in 3). Version 3 files are
-#: migrated on load (true -> "full", false -> "none"); anything older is refused, naming the version.
-SCHEMA_VERSION = 4
-MIGRATABLE_VERSIONS = (3,)
+#: 5: a table tuned on a device carries that device (its fitted SoC profile and the fit's summary).
+#: 4: weight is a broadcast form ("full", "none", ...; was a boolean in 3). Versions 3 and 4 are
+#: migrated on load (3: true -> "full", false -> "none"; both: no device); anything older is refused.
+SCHEMA_VERSION = 5
+MIGRATABLE_VERSIONS = (3, 4)
 #: The fit's median |error| in a table's calibration summary: "median" since the calibration on every
 #: measured operator (with "loo_median"), "median_abs_rel_error" in tables swept before it.
 CALIBRATION_MEDIANS = ("median", "median_abs_rel_error")
@@ -70,10 +72,21 @@ class TuningTable:
     entries: tuple[TableEntry, ...]
     calibration: dict[str, Any] | None = None  # the SoC profile's calibration summary, if it was fitted
     versions: dict[str, str] = field(default_factory=dict)  # bcetune, optuna, numpy (and CANN, torch_npu on NPU)
+    # The device the table was tuned on: {"profile": the SoC profile fitted on the sweep's measurements,
+    # "fit": what that fit says (tiling_model.calibrate.DeviceFit.summary)}; None for the model backend.
+    device: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     _index: dict[Variant, tuple[list[float], list[TableEntry]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _profile: list[SocProfile] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def profile(self) -> SocProfile:
+        """The SoC profile this table's predictions and re-fits use: the device's it was tuned on, else
+        the shipped one."""
+        if not self._profile:
+            self._profile.append(profile_from_json(self.device["profile"]) if self.device else load_soc(self.soc))
+        return self._profile[0]
 
     def __post_init__(self) -> None:
         groups: dict[Variant, list[TableEntry]] = {}
@@ -117,6 +130,7 @@ class TuningTable:
             "trials_per_study": self.trials_per_study,
             "calibration": self.calibration,
             "versions": self.versions,
+            "device": self.device,
             "entries": [e.to_json() for e in sorted(self.entries, key=lambda e: (*variant_order(e.variant), e.size))],
         }
 
@@ -157,17 +171,19 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
 
 
 def migrate(doc: dict[str, Any], where: str) -> dict[str, Any]:
-    """A version 3 document as version 4 (a new dict; the input is left alone): weight true / false
-    becomes the form "full" / "none". Everything else is unchanged."""
+    """A version 3 or 4 document as version 5 (a new dict; the input is left alone): weight true / false
+    of version 3 becomes the form "full" / "none"; neither was tuned on a device (``device`` null)."""
     entries: Any = doc.get("entries")
     _require(isinstance(entries, list), where, "entries missing or not a list")
     out = []
     for i, e in enumerate(entries):
         _require(isinstance(e, dict), f"{where}: entries[{i}]", "entry is not an object")
-        w = e.get("weight")
-        _require(isinstance(w, bool), f"{where}: entries[{i}]", "weight is not a boolean (schema 3)")
-        out.append(e | {"weight": "full" if w else "none"})
-    return doc | {"schema_version": SCHEMA_VERSION, "entries": out}
+        if doc["schema_version"] == 3:
+            w = e.get("weight")
+            _require(isinstance(w, bool), f"{where}: entries[{i}]", "weight is not a boolean (schema 3)")
+            e = e | {"weight": "full" if w else "none"}
+        out.append(e)
+    return doc | {"schema_version": SCHEMA_VERSION, "entries": out, "device": None}
 
 
 def table_from_json(doc: Any, where: str = "table") -> TuningTable:
@@ -199,6 +215,23 @@ def table_from_json(doc: Any, where: str = "table") -> TuningTable:
         where,
         "versions must map names to strings",
     )
+    device = doc.get("device", "missing")
+    _require(
+        device is None or (isinstance(device, dict) and isinstance(device.get("profile"), dict)),
+        where,
+        "device must be null or an object with the fitted SoC profile (profile) and the fit (fit)",
+    )
+    if device is not None:
+        try:
+            profile = profile_from_json(device["profile"])
+        except BadRequest as e:
+            raise TableError(f"{where}: device.profile: {e}") from None
+        _require(profile.name == doc["soc"], where, f"device.profile is {profile.name!r}'s, not {doc['soc']!r}'s")
+        _require(
+            profile.profile_hash == doc["soc_profile_hash"],
+            where,
+            f"soc_profile_hash {doc['soc_profile_hash']!r} is not the device profile's {profile.profile_hash!r}",
+        )
     entries = tuple(_entry_from_json(e, f"{where}: entries[{i}]") for i, e in enumerate(doc["entries"]))
     keys = [(e.variant, e.size) for e in entries]
     _require(len(keys) == len(set(keys)), where, "duplicate entries for the same variant and size")
@@ -212,6 +245,7 @@ def table_from_json(doc: Any, where: str = "table") -> TuningTable:
         entries,
         cal,
         versions,
+        device,
     )
 
 
@@ -226,10 +260,12 @@ def load_table(path: str | Path) -> TuningTable:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO must not wait for a writer
     except OSError as e:
         raise TableError(f"{path}: cannot read ({e.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # before fdopen, which refuses a directory as "[Errno 21] ...: <fd>"
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise TableError(f"{path}: {kind}, not a table file")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise TableError(f"{path}: not a regular file")
         if st.st_size > MAX_TABLE_BYTES:
             raise TableError(f"{path}: {st.st_size} B, over the {MAX_TABLE_BYTES} B a table may have")
         try:

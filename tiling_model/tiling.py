@@ -13,9 +13,10 @@ Two schemes share the seed's big-core / small-core structure:
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype, Reduction
 from tiling_model.errors import BadRequest
@@ -91,7 +92,7 @@ class TilingFields:
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        return _FIELD_NAMES
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,21 @@ class TilingData:
             per_core += last_dim_row_bytes(f.tileDataNum, f.weightPeriod, self.elem_bytes)
         return per_core * self.block_dim
 
+    @property
+    def device_bytes(self) -> int:
+        """Device memory the launch needs: its tensors (every full input and output, a last-dim
+        operand's row of C or P values, a rows operand's n / R values, the scalars) and its workspace."""
+        k, f, elem = self.kernel, self.fields, self.elem_bytes
+        rows = 0
+        if self.variant.pos_weight == "last_dim":
+            rows += f.posWeightClasses
+        if self.variant.weight == "last_dim":
+            rows += f.weightPeriod
+        tensors: int = math.ceil(k.hbm_bytes(self.n)) + (rows + len(k.scalar_inputs)) * elem
+        return tensors + self.workspace_bytes
+
     def field_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self.fields, f.name) for f in fields(self.fields)}  # in struct order
+        return {name: getattr(self.fields, name) for name in _FIELD_NAMES}  # in struct order
 
     def to_bytes(self) -> bytes:
         """The exact bytes the kernel reads: little-endian int64 fields in struct order."""
@@ -145,8 +159,11 @@ def last_dim_row_bytes(tile_elems: int, period: int, elem: int) -> int:
     return -(-(tile_elems + 2 * period + LAST_DIM_SUPER_ELEMS) * elem // 32) * 32
 
 
+_FIELD_NAMES = tuple(f.name for f in fields(TilingFields))
+
+
 def astuple_fields(f: TilingFields) -> tuple[int, ...]:
-    return tuple(getattr(f, name) for name in TilingFields.names())
+    return tuple(getattr(f, name) for name in _FIELD_NAMES)
 
 
 def tiling_key(variant: Variant, buffer_num: int) -> int:
@@ -279,8 +296,7 @@ def compute_tiling(
         kernel = bce_grad_kernel(variant, scheme, max(classes, 1), max(period, 1))  # period >= 1 unless empty
     except BadRequest as e:
         raise TilingError(str(e)) from None
-    t = tile_kernel(kernel, shape, params, soc, scheme, variant, classes)
-    return replace(t, fields=replace(t.fields, weightPeriod=period)) if period else t
+    return tile_kernel(kernel, shape, params, soc, scheme, variant, classes, period)
 
 
 def weight_period_of(variant: Variant, shape: Sequence[int], weight_period: int | None) -> int:
@@ -306,6 +322,7 @@ def tile_kernel(
     scheme: Scheme = "exact",
     variant: Variant | None = None,
     classes: int = 0,
+    weight_period: int = 0,
 ) -> TilingData:
     """Tile any elementwise kernel: the BCE front door above, or a generic one for the model
     (whose variant is its dtype with reduction none and no weight)."""
@@ -314,10 +331,10 @@ def tile_kernel(
     n = element_count(shape)
     rp = resolve_params(params, kernel, profile, scheme)
     build = _seed_fields if scheme == "seed" else _exact_fields
-    f, block_dim = build(n, kernel.elem_bytes, rp, v.reduction, classes)
     key = tiling_key(v, rp.buffer_num)
+    f, block_dim = build(n, kernel.elem_bytes, rp, v.reduction, classes, key, weight_period)
     return TilingData(
-        fields=replace(f, tilingKey=key),
+        fields=f,
         block_dim=block_dim,
         tiling_key=key,
         scheme=scheme,
@@ -329,11 +346,14 @@ def tile_kernel(
     )
 
 
-def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: Reduction, classes: int) -> tuple[TilingFields, int]:
+def _exact_fields(
+    n: int, elem: int, p: ResolvedParams, reduction: Reduction, classes: int, key: int = 0, period: int = 0
+) -> tuple[TilingFields, int]:
     tile_elems = p.tile_bytes // elem
     red = REDUCTION_ID[reduction]
     if n == 0:
-        return TilingFields(0, 0, 0, 0, 0, tile_elems, 0, 0, 0, red, 0, 0, 0, _scale_bits(reduction, 0), classes), 0
+        zero = _scale_bits(reduction, 0)
+        return TilingFields(0, 0, 0, 0, 0, tile_elems, 0, 0, 0, red, 0, 0, 0, zero, classes, key, period), 0
     block_elems = p.block_bytes // elem
     blocks = -(-n // block_elems)
     cores = min(p.core_num, blocks)
@@ -361,11 +381,15 @@ def _exact_fields(n: int, elem: int, p: ResolvedParams, reduction: Reduction, cl
         last_tail,
         _scale_bits(reduction, n),
         classes,
+        key,
+        period,
     )
     return f, cores
 
 
-def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: Reduction, classes: int) -> tuple[TilingFields, int]:
+def _seed_fields(
+    n: int, elem: int, p: ResolvedParams, reduction: Reduction, classes: int, key: int = 0, period: int = 0
+) -> tuple[TilingFields, int]:
     """The requirement's tiling, with its uint32 intermediates and its rounding."""
     block = p.block_bytes
     tile_block_num = max(p.tile_bytes // block, 1) & _U32
@@ -402,6 +426,8 @@ def _seed_fields(n: int, elem: int, p: ResolvedParams, reduction: Reduction, cla
         small_tail,
         _scale_bits(reduction, n),
         classes,
+        key,
+        period,
     )
     return f, cores
 

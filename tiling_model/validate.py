@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from tiling_model.kernels import MAX_BUFFERS_PER_POSITION
-from tiling_model.plan import CorePlan, core_plan
+from tiling_model.plan import CorePlan, core_plan, core_runs
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 
@@ -42,11 +42,44 @@ def validate(t: TilingData, soc: SocProfile | None = None) -> list[Violation]:
     the core, queue and UB limits, then (for a non-empty tensor) copy sizes, coverage and bounds."""
     profile = soc or load_soc(t.soc)
     out = [*_core_count(t, profile), *_queue_limit(t), *_ub_overflow(t, profile)]
-    if t.n == 0:
+    if t.n == 0 or _runs_are_clean(t):
         return out
+    return out + core_by_core(t)
+
+
+def core_by_core(t: TilingData) -> list[Violation]:
+    """The copy-size, coverage and bounds violations, found by walking every core's plan."""
     plans = core_plan(t)
     covered_to = _last_element_covered(t, plans)
-    return out + [*_copy_sizes(t, plans), *_coverage(t, plans, covered_to), *_out_of_bounds(t, covered_to)]
+    return [*_copy_sizes(t, plans), *_coverage(t, plans, covered_to), *_out_of_bounds(t, covered_to)]
+
+
+def _runs_are_clean(t: TilingData) -> bool:
+    """True only where the copy-size, coverage and bounds checks would find nothing: the same checks on the
+    core runs (each core of a run does the same work, a run's cores tile its range back to back), so a
+    request costs three checks instead of one per core. Anything else (a violation, an odd layout) takes
+    the core-by-core walk, which names every core involved."""
+    if t.kernel.scalar_queue_bytes and t.variant.reduction != "none":
+        return False
+    elem, expected = t.elem_bytes, 0
+    tile_bytes = t.fields.tileDataNum * elem
+    for r in core_runs(t):
+        if r.count <= 0:
+            return False
+        if r.tiles < 1 or not 1 <= r.tail_elems <= r.tile_elems:
+            return False
+        if (r.tiles - 1) * r.tile_elems + r.tail_elems != r.count:
+            return False
+        if r.tiles > 1 and tile_bytes % DATACOPY_UNIT:
+            return False
+        if t.scheme != "exact" and (r.tail_elems * elem) % DATACOPY_UNIT:
+            return False
+        if _copied_elems(r.tail_elems, elem, t.scheme == "exact") != r.tail_elems:
+            return False
+        if r.tiles > 1 and _copied_elems(r.tile_elems, elem, False) != r.tile_elems:
+            return False
+        expected = r.end  # the runs start back to back (core_runs): they tile [0, n) if the last ends at n
+    return expected == t.n
 
 
 def _core_count(t: TilingData, soc: SocProfile) -> Iterator[Violation]:

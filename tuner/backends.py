@@ -145,11 +145,11 @@ class NpuBackend:
     deterministic = False
     runs_kernel = True
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, device: int | None = None) -> None:
         from kernel import npu
 
         self._npu = npu
-        self._rt = npu.runtime()
+        self._rt = npu.runtime(device)
         self._seed = seed
         self._inputs: dict[tuple, dict[str, Any]] = {}
         torch = self._rt.torch
@@ -180,15 +180,32 @@ class NpuBackend:
         self._flush.zero_()
 
 
-BACKENDS: dict[str, type] = {"model": ModelBackend, "cpu": CpuTwinBackend, "npu": NpuBackend}
+BACKENDS = ("model", "cpu", "npu", "synthetic")
 
 
-def make_backend(name: str, noise: float = 0.0, outlier_rate: float = 0.0, seed: int = 0) -> Backend:
-    """The backend called ``name``; ``cpu`` and ``npu`` take no synthetic noise (they have their own)."""
+def make_backend(
+    name: str,
+    noise: float = 0.0,
+    outlier_rate: float = 0.0,
+    seed: int = 0,
+    soc: str = "Ascend910B2",
+    device: int | None = None,
+) -> Backend:
+    """The backend called ``name``: ``model`` (the cost model, optionally noisy), ``cpu`` (the CPU twin's
+    clock), ``npu`` (the device ``device``) or ``synthetic`` (a stand-in device of ``soc``, number ``seed``:
+    tuner.synthetic, to try the device loop without one). Only the model and the stand-in take noise."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
+    if device is not None and name != "npu":
+        raise ValueError(f"--device selects an NPU; the {name!r} backend has none")
     if name == "model":
         return ModelBackend(noise, outlier_rate, seed)
+    if name == "synthetic":
+        from tuner.synthetic import synthetic_backend
+
+        return synthetic_backend(soc, max(seed, 1), noise or 0.02, outlier_rate or 0.03)
     if noise or outlier_rate:
-        raise ValueError(f"--noise and --outlier-rate apply to the model backend, not {name!r}")
-    return BACKENDS[name](seed)
+        raise ValueError(f"--noise and --outlier-rate apply to the model and synthetic backends, not {name!r}")
+    if name == "cpu":
+        return CpuTwinBackend(seed)
+    return NpuBackend(seed, device)

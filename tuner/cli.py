@@ -13,7 +13,7 @@ import optuna
 
 from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
-from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, known_socs, load_soc, predict
+from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, compute_tiling, known_socs, predict
 from tiling_model.cli.args import Parser, csv_of, positive_int
 from tiling_model.tables import TableEntry, TuningTable, load_table, variant_order, write_table
 from tuner.backends import BACKENDS, make_backend
@@ -65,10 +65,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wrts", type=csv_of(("logit", "probability")), default=["logit"], help="logit,probability")
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
     s.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, help="completed trials per study")
-    s.add_argument("--backend", default="model", choices=sorted(BACKENDS))
-    s.add_argument("--noise", type=float, default=0.0, help="model backend: relative lognormal noise (e.g. 0.05)")
-    s.add_argument("--outlier-rate", type=float, default=0.0, help="model backend: share of 3x-slow samples")
-    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic noise")
+    s.add_argument(
+        "--backend",
+        default="model",
+        choices=BACKENDS,
+        help="what times a tiling: model (the cost model, the shipped tables), npu (a device), cpu (the CPU "
+        "twin's clock), synthetic (a stand-in device, to try the device loop without one)",
+    )
+    s.add_argument("--device", type=int, help="npu backend: the NPU this worker uses (one worker per device)")
+    s.add_argument(
+        "--strategy",
+        default="auto",
+        choices=("auto", "race", "tpe"),
+        help="per key: race (timed backends' default: the learnt device model's candidates raced under noise) "
+        "or tpe (the model backend's: model-seeded TPE)",
+    )
+    s.add_argument(
+        "--no-learn", action="store_true", help="timed backends: do not refit the device model as the sweep goes"
+    )
+    s.add_argument("--noise", type=float, default=0.0, help="model/synthetic backend: lognormal noise (e.g. 0.05)")
+    s.add_argument("--outlier-rate", type=float, default=0.0, help="model/synthetic backend: share of slow samples")
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic noise (synthetic: the device's too)")
     s.add_argument("--warmup", type=int, default=2, help="timed backends: warm-up launches per measurement")
     s.add_argument("--repeats", type=int, default=7, help="timed backends: samples per measurement (>= 3)")
     s.add_argument("--confirm-top", type=int, default=3, help="timed backends: candidates re-measured at the end")
@@ -100,6 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "doctor", add_help=False, help="on an Ascend host: check CANN, torch_npu, the device, build, golden, timing"
     )
+    p = sub.add_parser(
+        "replay", help="re-run search strategies offline against a device run's records (no device needed)"
+    )
+    p.add_argument("--records", type=Path, action="append", required=True, help="a sweep's --records file (repeatable)")
+    p.add_argument("--soc", choices=known_socs(), help="the records' SoC (default: the one they name)")
+    p.add_argument("--strategies", type=csv_of(("race", "tpe")), default=["race", "tpe"])
+    p.add_argument("--budgets", type=_sizes, default=[12, 20, 40], help="trials per key, comma-separated")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
     x = sub.add_parser("export-header", help="write the tables as a C++ header for the host tiling")
     x.add_argument("--tables", type=Path, default=TABLES_DIR, help="directory of <SoC>.json tables")
     x.add_argument("--out", type=Path, default=HEADER_PATH)
@@ -107,34 +133,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
-    """Print one row per entry: params, times and the predicted speedup over the seed."""
+    """Print one row per entry: knobs, the measured (tuned) time beside the table's model's prediction of it,
+    the seed default's and the speedup over it; and, for a device-tuned table, its fit."""
     table = load_table(table_path)
     print(
         f"{table_path}: {table.soc}, backend {table.backend}, {table.trials_per_study} trials/study, "
         f"created {table.created}"
     )
+    soc = table.profile()  # the device's fitted profile where the table carries one
+    if table.device:
+        fit = table.device.get("fit", {})
+        held = fit.get("held_out_median")
+        held_text = f", held out by key {100 * held:.1f}%" if isinstance(held, int | float) else ""
+        print(
+            f"device fit: {fit.get('cases')} measurements of {fit.get('keys')} keys; median |error| "
+            f"{100 * fit.get('median_before', 0):.1f}% with the shipped profile, {100 * fit.get('median', 0):.1f}% "
+            f"fitted{held_text}; fitted {fit.get('fitted')}"
+        )
+        print(f"knob correction: {fit.get('knob_correction')}")
     print(
-        f"{'dtype':<9}{'red':<5}{'w':<3}{'pos_w':<9}{'wrt':<6}"
+        f"{'dtype':<9}{'red':<5}{'w':<9}{'pos_w':<9}{'wrt':<6}"
         f"{'size':>11}  {'block':>6}{'bufs':>5}{'tile':>7}{'cores':>6}"
-        f"{'tuned_us':>11}{'seed_us':>11}{'speedup':>9}{'req_us':>10}"
+        f"{'tuned_us':>11}{'pred_us':>10}{'err':>7}{'seed_us':>11}{'speedup':>9}{'req_us':>10}"
     )
-    soc = load_soc(table.soc)
     shown = [e for e in table.entries if e.variant.dtype in dtypes and e.variant.reduction in reductions]
+    errors = []
     for e in sorted(shown, key=lambda e: (variant_order(e.variant), e.size)):
         v = e.variant
         p = e.params
+        predicted = predict(compute_tiling([e.size], v, e.tiling_params(), soc), soc)
+        err = predicted / e.tuned_us - 1 if e.tuned_us else 0.0
+        errors.append(abs(err))
         print(
-            f"{v.dtype:<9}{v.reduction:<5}{'y' if v.weight else 'n':<3}{v.pos_weight:<9}{v.wrt[:5]:<6}"
+            f"{v.dtype:<9}{v.reduction:<5}{v.weight:<9}{v.pos_weight:<9}{v.wrt[:5]:<6}"
             f"{e.size:>11}  {p['block_bytes']:>6}"
-            f"{p['buffer_num']:>5}{p['tile_bytes']:>7}{p['core_num']:>6}{e.tuned_us:>11.3f}"
-            f"{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}{_requirement_us(table, e, soc):>10}"
+            f"{p['buffer_num']:>5}{p['tile_bytes']:>7}{p['core_num']:>6}{e.tuned_us:>11.3f}{predicted:>10.3f}"
+            f"{100 * err:>+6.1f}%{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}"
+            f"{_requirement_us(table, e, soc):>10}"
         )
     ratios = [e.seed_default_us / e.tuned_us for e in shown]
     if not ratios:
         return
     print(
         f"speedup over the seed default: {len(ratios)} entries, min {min(ratios):.3f}x, "
-        f"median {statistics.median(ratios):.3f}x, max {max(ratios):.3f}x"
+        f"median {statistics.median(ratios):.3f}x, max {max(ratios):.3f}x; "
+        f"the model's |error| on the tuned times: median {100 * statistics.median(errors):.1f}%"
     )
 
 
@@ -142,6 +185,38 @@ def _requirement_us(table: TuningTable, e: TableEntry, soc: SocProfile) -> str:
     """The model's time of the requirement's own code for this entry ("-" where it has none)."""
     t = requirement_tiling(StudyKey(table.soc, e.variant, e.size), soc)
     return "-" if t is None else f"{predict(t, soc):.3f}"
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """Strategies and budgets against the records: replayed regret per key and samples."""
+    import json
+
+    from tiling_model.calibrate import CalibrationError
+    from tuner.replay import replay, replay_device
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        device = replay_device(args.records, args.soc)
+    except CalibrationError as e:
+        return _error(e)
+    rows = replay(device, args.strategies, args.budgets, args.seed)
+    if args.json:
+        print(json.dumps({"soc": device.soc.name, "keys": len(device.keys), "rows": rows, "answered": device.answered}))
+        return 0
+    print(
+        f"{device.soc.name}: {len(device.keys)} recorded keys; replayed regret of each key's pick over the best "
+        "replayed time of its space (recorded medians, the fitted model elsewhere)"
+    )
+    print(f"  {'strategy':<8}{'trials':>7}{'median':>9}{'p90':>9}{'<=2%':>7}{'samples':>9}")
+    for r in rows:
+        reg = sorted(r["regret"])
+        p90 = reg[min(len(reg) - 1, int(0.9 * len(reg)))]
+        within = sum(x <= 0.02 for x in reg) / len(reg)
+        print(f"  {r['strategy']:<8}{r['budget']:>7}{100 * statistics.median(reg):>8.2f}%{100 * p90:>8.2f}%"
+              f"{100 * within:>6.0f}%{statistics.mean(r['samples']):>9.0f}")  # fmt: skip
+    total = sum(device.answered.values()) or 1
+    print(f"samples answered from the records: {100 * device.answered['recorded'] / total:.0f}% (the rest: the model)")
+    return 0
 
 
 def _error(e: Exception, code: int = 2) -> int:
@@ -173,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _error(e)
         print(f"wrote {args.out}: {count} entries")
         return 0
+    if args.command == "replay":
+        return _replay(args)
     if args.command == "report":
         try:
             path = args.table or TABLES_DIR / f"{args.soc}.json"
@@ -216,14 +293,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         storage = open_storage(args.storage)
         start = time.perf_counter()
-        backend = make_backend(args.backend, args.noise, args.outlier_rate, args.seed)
+        backend = make_backend(args.backend, args.noise, args.outlier_rate, args.seed, args.soc, args.device)
         protocol = MeasurementProtocol(warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top)
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:
             raise ValueError("patience must be >= 0")
         table = run_sweep(
-            keys, backend, storage, args.trials, out, not args.no_progress, protocol, args.patience, records
-        )
+            keys, backend, storage, args.trials, out, not args.no_progress, protocol, args.patience, records,
+            learn=False if args.no_learn else None, strategy=args.strategy,
+        )  # fmt: skip
     except (ValueError, NpuUnavailable, KernelBuildError) as e:
         return _error(e)
     except GateFailure as e:

@@ -3,16 +3,20 @@
 In order, stopping at the first piece that is missing (one line saying which, exit 1):
 CANN (``ASCEND_HOME_PATH``, its version), torch and torch_npu, the NPU device and its SoC profile,
 the kernel-launch library (``kernel/build.sh --launch-lib``), then the golden cases on the device
-against the float64 reference (every variant at edge sizes) and the seed default against the
-tuned tiling on a few sizes. Prints one report; exit 0 only if every check passed.
+against the float64 reference (every variant at edge sizes), the PyTorch operator as the losses'
+backward on the device against PyTorch's (and its timing against ``torch.ops.aten``), and the seed
+default against the tuned tiling on a few sizes; last, what a device sweep will do and cost
+(``--plan SOC`` says only that, anywhere). Prints one report; exit 0 only if every check passed.
 
-The golden cases and their check take any launcher, so the same code runs here on the CPU twin
-(tests/test_doctor.py); on this project's machines the NPU steps are not reached (no CANN).
+The golden cases and their check take any launcher, and the operator's checks any device, so the same
+code runs here on the CPU twin (tests/tuner/test_doctor.py); on this project's machines the NPU steps
+are not reached (no CANN).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -235,12 +239,215 @@ def time_seed_vs_tuned(rt: npu.NpuRuntime, soc: str, table_path: Path) -> Iterat
             )
 
 
+#: The losses' checks: (kind, dtype, reduction, weight shape, pos_weight shape) on an input of TORCH_OP_SHAPE.
+TORCH_OP_SHAPE = (33, 257)
+TORCH_OP_CASES = [
+    (kind, dtype, reduction, w, pw)
+    for kind, w, pw in (
+        ("logits", None, None),
+        ("logits", (33, 1), (257,)),
+        ("logits", (257,), None),
+        ("probability", None, None),
+        ("probability", (257,), None),
+    )  # fmt: skip
+    for dtype in FLOAT_DTYPES
+    for reduction in ("none", "mean")
+]
+
+
+@dataclass(frozen=True)
+class LossCase:
+    """One loss call of the operator's check, in float64 (rounded to the dtype where it runs)."""
+
+    kind: str  # "logits" (BCEWithLogits, wrt the logit) or "probability" (BCE)
+    dtype: str
+    reduction: str
+    x: Any
+    y: Any
+    weight: Any
+    pos_weight: Any
+    upstream: Any  # the gradient flowing into the loss
+
+    @property
+    def wrt(self) -> str:
+        return "logit" if self.kind == "logits" else "probability"
+
+    def label(self) -> str:
+        shape = lambda t: None if t is None else tuple(t.shape)  # noqa: E731
+        return (
+            f"{self.kind} {self.dtype} {self.reduction} weight={shape(self.weight)} pos_weight={shape(self.pos_weight)}"
+        )
+
+    def rounded(self, torch: Any, device: str) -> list[Any]:
+        """x, y, weight, pos_weight, upstream in the case's dtype on ``device`` (fresh tensors)."""
+        dt = getattr(torch, self.dtype)
+        ts = (self.x, self.y, self.weight, self.pos_weight, self.upstream)
+        return [None if t is None else t.to(dt).to(device, copy=True) for t in ts]
+
+    def input_grad(self, torch: Any, device: str, bcetune: bool) -> Any:
+        """The loss's input gradient on ``device``: the bcetune loss's (the operator) or PyTorch's."""
+        import warnings
+
+        import torch.nn.functional as F
+
+        from kernel import torch_op
+
+        x, y, w, pw, up = self.rounded(torch, device)
+        x.requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch_op.FallbackWarning)  # checked by the caller (why_not_kernel)
+            if self.kind == "logits":
+                logits = torch_op.binary_cross_entropy_with_logits if bcetune else F.binary_cross_entropy_with_logits
+                loss = logits(x, y, w, reduction=self.reduction, pos_weight=pw)
+            else:
+                probability = torch_op.binary_cross_entropy if bcetune else F.binary_cross_entropy
+                loss = probability(x, y, w, reduction=self.reduction)
+        loss.backward(up)
+        return x.grad
+
+
+def torch_op_cases(torch: Any) -> list[LossCase]:
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for kind, dtype, reduction, w_shape, pw_shape in TORCH_OP_CASES:
+        x = torch.randn(TORCH_OP_SHAPE, generator=gen, dtype=torch.float64)
+        x = torch.sigmoid(x) if kind == "probability" else x
+        y = (torch.rand(TORCH_OP_SHAPE, generator=gen) < 0.5).double()
+        w = None if w_shape is None else torch.rand(w_shape, generator=gen, dtype=torch.float64) + 0.5
+        pw = None if pw_shape is None else torch.rand(pw_shape, generator=gen, dtype=torch.float64) * 3 + 0.25
+        up = torch.randn(TORCH_OP_SHAPE if reduction == "none" else (), generator=gen, dtype=torch.float64)
+        out.append(LossCase(kind, dtype, reduction, x, y, w, pw, up))
+    return out
+
+
+def torch_op_failures(torch: Any, device: str) -> tuple[int, list[str]]:
+    """The bcetune losses' input gradients on ``device`` (their backward: ``torch.ops.bcetune.bce_grad``)
+    against PyTorch's float64 backward on the CPU, within the kernel's tolerance (PyTorch's own backward
+    on the device is reported beside a failure). A case the kernel would not run (the loss would fall
+    back to PyTorch's backward) fails. Returns (cases, failures)."""
+    import torch.nn.functional as F
+
+    from kernel import torch_op
+    from kernel.reference import mismatches, terms
+
+    failures = []
+    cases = torch_op_cases(torch)
+    for case in cases:
+        x, y, w, pw, _ = case.rounded(torch, device)
+        why = torch_op.why_not_kernel(x.requires_grad_(), y, w, pw, case.wrt)
+        if why is not None:
+            failures.append(f"{case.label()}: the kernel does not run ({why})")
+            continue
+        ours = case.input_grad(torch, device, bcetune=True).cpu()
+        doubled: list[Any] = [None if t is None else t.double() for t in case.rounded(torch, "cpu")]
+        x64, y64, w64, pw64, up64 = doubled
+        x64.requires_grad_()
+        if case.kind == "logits":
+            F.binary_cross_entropy_with_logits(x64, y64, w64, reduction=case.reduction, pos_weight=pw64).backward(up64)
+            p = torch.sigmoid(x64.detach())
+        else:
+            F.binary_cross_entropy(x64, y64, w64, reduction=case.reduction).backward(up64)
+            p = x64.detach()
+        arrays: list[Any] = [None if t is None else t.numpy() for t in (up64, p, y64, w64, pw64)]
+        size = terms(arrays[0], arrays[1], arrays[2], arrays[3], arrays[4], case.reduction, case.wrt)
+        got = ours.float().numpy().astype(NUMPY_DTYPES[case.dtype]) if case.dtype == "bfloat16" else ours.numpy()
+        eps = float(torch.finfo(getattr(torch, case.dtype)).eps) if case.kind == "logits" else 0.0
+        bad = mismatches(got, x64.grad.numpy(), size, cancels=True, input_eps=eps)
+        if bad.size:
+            theirs = case.input_grad(torch, device, bcetune=False).cpu().double()
+            err = float((theirs - x64.grad).abs().max())
+            failures.append(
+                f"{case.label()}: {bad.size} elements off the float64 backward "
+                f"(PyTorch's own backward on {device}: max error {err:.3g})"
+            )
+    return len(cases), failures
+
+
+def torch_op_timing(
+    torch: Any, device: str, sync: Callable[[], None], sizes: Sequence[int] = TIMED_SIZES
+) -> Iterator[str]:
+    """Per call on ``device``, median of 5 batches of 20: the operator wrt the probability against
+    ``torch.ops.aten.binary_cross_entropy_backward`` (the same gradient, one aten op), and the bcetune
+    logits loss's backward against PyTorch's (``autograd.grad`` on one retained forward graph each)."""
+    import statistics
+
+    import torch.nn.functional as F
+
+    from kernel import torch_op
+
+    def per_call_us(fn: Callable[[], object]) -> float:
+        fn()
+        sync()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(20):
+                fn()
+            sync()
+            times.append((time.perf_counter() - t0) / 20)
+        return statistics.median(times) * 1e6
+
+    def one_size(n: int) -> str:
+        p = torch.rand(n, device=device) * 0.96 + 0.02
+        y = (torch.rand(n, device=device) < 0.5).float()
+        g = torch.randn((), device=device)
+        ours = per_call_us(lambda: torch.ops.bcetune.bce_grad(g, p, y, None, None, "mean", "probability"))
+        aten = per_call_us(lambda: torch.ops.aten.binary_cross_entropy_backward(g, p, y, None, 1))
+        x = torch.randn(n, device=device, requires_grad=True)
+        losses = [f(x, y) for f in (torch_op.binary_cross_entropy_with_logits, F.binary_cross_entropy_with_logits)]
+        back = [per_call_us(functools.partial(torch.autograd.grad, loss, x, retain_graph=True)) for loss in losses]
+        return (
+            f"  float32 mean n={n:>9}: bce_grad(probability) {ours:9.2f} us vs aten.binary_cross_entropy_backward "
+            f"{aten:9.2f} us ({aten / ours:.2f}x); logits loss backward {back[0]:9.2f} us vs PyTorch's "
+            f"{back[1]:9.2f} us ({back[1] / back[0]:.2f}x)"
+        )
+
+    for n in sizes:
+        yield one_size(n)
+
+
+SWEEP_TRIALS = 20
+
+
+def plan_lines(soc: str, trials: int = SWEEP_TRIALS, devices: int = 1) -> list[str]:
+    """What a sweep on this device will do, and what it will cost (the shipped table's keys)."""
+    from tuner.device_time import estimate
+    from tuner.protocol import MeasurementProtocol
+    from tuner.race import RacePlan
+    from tuner.sweep import sweep_keys
+
+    sizes = tuple(4**k for k in range(5, 16))
+    keys = sweep_keys(soc, list(NUMPY_DTYPES), ("none", "sum", "mean"), ("full", "none"), sizes,
+                      ("none", "full", "last_dim"), ("logit", "probability"))  # fmt: skip
+    plan, protocol = RacePlan(), MeasurementProtocol()
+    cost = estimate(keys, trials, protocol, plan)
+    per_device = cost.seconds / max(devices, 1)
+    return [
+        f"plan: python -m tuner sweep --soc {soc} --backend npu --trials {trials} --records runs.jsonl "
+        "--storage postgresql://... (one worker per NPU: --device N; every worker learns from all)",
+        f"  {len(keys)} keys; per key the device model's candidates first ({plan.first_samples} samples each, "
+        f"warm-up {protocol.warmup}, L2 flushed before each where the launch's footprint is under 4x L2), "
+        f"learning within the key, then a race of the {plan.contenders} fastest to {plan.max_samples} samples",
+        "  after every key the SoC profile and its knob correction are refitted on every measurement in the "
+        "storage; the table carries the profile fitted on the whole sweep",
+        f"  device time: {cost.text()}, about {per_device / 3600:.1f} h per device with {devices} device(s)",
+    ]
+
+
 def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuner doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--plan", metavar="SOC", help="only say what a device sweep of SOC would do and cost (no device needed)"
+    )
     parser.add_argument("--no-build", action="store_true", help="use the launch library already built")
     parser.add_argument("--table", type=Path, help="tuned table to time against (default: the shipped one)")
     parser.add_argument("--log", type=Path, default=Path("doctor-build.log"), help="where the build's output goes")
     args = parser.parse_args(argv)
+    if args.plan:
+        if args.plan not in known_socs():
+            parser.error(f"unknown SoC {args.plan!r}; known: {', '.join(known_socs())}")
+        print("\n".join(plan_lines(args.plan)))
+        return 0
     env = dict(os.environ) if env is None else env
     report: list[str] = []
 
@@ -274,8 +481,25 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -
         "golden",
         f"{len(cases)} cases, every variant, match the float64 reference ({time.perf_counter() - start:.1f} s)",
     )
+    start = time.perf_counter()
+    cases_run, op_failures = torch_op_failures(rt.torch, "npu")
+    for f in op_failures[:20]:
+        print(f"FAIL  torch op {f}", file=sys.stderr)
+    if op_failures:
+        print(f"FAIL  torch op {len(op_failures)} of {cases_run} loss cases wrong", file=sys.stderr)
+        return 1
+    ok(
+        "torch op",
+        f"{cases_run} loss cases: torch.ops.bcetune.bce_grad on the NPU as the losses' backward matches "
+        f"PyTorch's float64 backward ({time.perf_counter() - start:.1f} s)",
+    )
+    print("torch op timing (per call, median of 5 batches of 20):", flush=True)
+    for line in torch_op_timing(rt.torch, "npu", rt.torch.npu.synchronize):
+        print(line, flush=True)
     print("timing (median of 20 launches, L2 flushed before each):", flush=True)
     for line in time_seed_vs_tuned(rt, soc, args.table or TABLES_DIR / f"{soc}.json"):
         print(line, flush=True)
+    count = int(rt.torch.npu.device_count())
+    print("\n".join(plan_lines(soc, devices=count)))
     print("doctor: every check passed")
     return 0

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import astuple, replace
 from pathlib import Path
 
+from tiling_model import engine
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
-from tiling_model.simulate import _curve
-from tiling_model.soc import SocProfile, load_soc
+from tiling_model.soc import SocProfile
 from tiling_model.space import BLOCK_CHOICES
 from tiling_model.tables import TUNED_HEADER_NAME, TuningTable, load_table
 from tiling_model.variant import BROADCAST_FORMS, TUNED_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Variant
@@ -82,10 +82,14 @@ def _doubles(name: str, xs: list[float]) -> str:
 
 def _soc_model(i: int, soc: SocProfile) -> tuple[list[str], str]:
     arrays, curves = [], []
-    for which, points in (("Mte2", soc.mte2_curve_kib_us), ("Mte3", soc.mte3_curve_kib_us)):
-        nbytes, us, slope, fixed = _curve(points)
-        arrays.append(_doubles(f"kSoc{i}{which}Bytes", list(nbytes)))
-        arrays.append(_doubles(f"kSoc{i}{which}Us", list(us)))
+    model = engine.soc_model(soc)  # the curve's extrapolation as the engine computes it
+    for which, points, (slope, fixed) in (
+        ("Mte2", soc.mte2_curve_kib_us, model.mte2_tail),
+        ("Mte3", soc.mte3_curve_kib_us, model.mte3_tail),
+    ):
+        us = [float(u) for _, u in points]
+        arrays.append(_doubles(f"kSoc{i}{which}Bytes", [float(k) * 1024.0 for k, _ in points]))
+        arrays.append(_doubles(f"kSoc{i}{which}Us", us))
         curves.append(f"{{kSoc{i}{which}Bytes, kSoc{i}{which}Us, {len(us)}, {_f(slope)}, {_f(fixed)}}}")
     scalars = ", ".join(
         _f(getattr(soc, f))
@@ -105,7 +109,13 @@ def _soc_model(i: int, soc: SocProfile) -> tuple[list[str], str]:
         )
     )
     head = f'"{soc.name}", {soc.aiv_cores}, {soc.ub_bytes}, {soc.ub_reserve_bytes}'
-    return arrays, f"    {{{head}, {scalars}, {curves[0]}, {curves[1]}}},"
+    correction = ""
+    c = soc.knob_correction
+    if not c.identity:  # a device-tuned table's knob correction (nullptr: none, a factor of 1)
+        for which, factors in (("Block", c.block), ("Buffer", c.buffer), ("Align", c.align), ("Core", c.cores)):
+            arrays.append(_doubles(f"kSoc{i}{which}Factor", list(factors)))
+        correction = f", kSoc{i}BlockFactor, kSoc{i}BufferFactor, kSoc{i}AlignFactor, kSoc{i}CoreFactor"
+    return arrays, f"    {{{head}, {scalars}, {curves[0]}, {curves[1]}{correction}}},"
 
 
 def _variant_key(v: Variant) -> tuple[int, ...]:
@@ -126,12 +136,12 @@ def render(tables: list[TuningTable]) -> str:
     tables = sorted(tables, key=lambda t: t.soc)
     prov = "\n".join(
         f"// {t.soc}: {len(t.entries)} entries, backend {t.backend}, created {t.created}, "
-        f"SoC profile {t.soc_profile_hash}, kernel {t.kernel_hash}"
+        f"SoC profile {t.soc_profile_hash}{' (fitted on the device)' if t.device else ''}, kernel {t.kernel_hash}"
         for t in tables
     )
     soc_arrays, soc_rows = [], []
     for i, t in enumerate(tables):
-        arrays, row = _soc_model(i, load_soc(t.soc))
+        arrays, row = _soc_model(i, t.profile())  # the device's fitted profile where the table carries one
         soc_arrays += arrays
         soc_rows.append(row)
     kernels: dict[ElementwiseKernel, int] = {}
@@ -150,7 +160,8 @@ def render(tables: list[TuningTable]) -> str:
             kernel_rows.append(
                 f"    {{{kernel.elem_bytes}, {len(kernel.full_inputs)}, {len(kernel.outputs)}, "
                 f"{len(kernel.scalar_inputs)}, {kernel.row_bytes}, kOps + {first_op}, {len(kernel.ops)}, "
-                f"{kernel.workspace_inputs}, {kernel.row_inputs}, 0, {kernel.row_expand_bytes}}},"
+                f"{kernel.workspace_inputs}, {kernel.row_inputs}, 0, {kernel.row_expand_bytes}, 0, "
+                f"{'true' if kernel.knob_corrected else 'false'}}},"
                 f"  // {kernel.name} {kernel.dtype} {'/'.join(kernel.full_inputs)}"
             )
         return kernels[kernel]
@@ -185,7 +196,7 @@ def render(tables: list[TuningTable]) -> str:
         "",
         *soc_arrays,
         "",
-        "/** Each SoC's cost-model numbers (tiling_model/socs/<name>.json), by name. */",
+        "/** Each SoC's cost-model numbers (its table's device profile, else tiling_model/socs/<name>.json). */",
         "inline constexpr cost::SocModel kSocs[] = {",
         *soc_rows,
         "};",

@@ -20,17 +20,30 @@ class RecordLog:
         self.path = path
         self._lock = threading.Lock()
 
-    def write(self, key: StudyKey, backend: str, t: TilingData, m: Measurement, predicted_us: float) -> None:
+    def write(
+        self,
+        key: StudyKey,
+        backend: str,
+        t: TilingData,
+        m: Measurement,
+        predicted_us: float,
+        predicted_device_us: float | None = None,
+    ) -> None:
+        """One measured configuration: what the shipped model predicted, what the device model of the
+        moment predicted (a timed sweep's), and what was measured."""
         rec = {
             "soc": key.soc,
             "backend": backend,
+            "key": key.study_name(backend),
             "kernel": {"kind": "bce_grad", **asdict(key.variant)},
             "shape": list(t.shape),
+            "weight_period": t.fields.weightPeriod or None,
             "params": t.params.as_dict(),
             "measured_us": m.median_us,
             "iqr_us": m.iqr_us,
             "samples": list(m.samples),
             "predicted_us": predicted_us,
+            "predicted_device_us": predicted_device_us,
             "l2": "cold",
         }
         line = json.dumps(rec) + "\n"

@@ -47,6 +47,25 @@ class SearchSpace:
         cores = trial.suggest_int("core_num", 1, self.soc.aiv_cores)
         return TilingParams(block, bn, self.tile_from_fraction(frac, bn), cores)
 
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        """What ``suggest`` asks for, as Optuna distributions (for trials made outside a study's ask)."""
+        return {
+            "block_bytes": optuna.distributions.CategoricalDistribution(BLOCK_CHOICES),
+            "buffer_num": optuna.distributions.CategoricalDistribution(self.buffer_choices),
+            "tile_fraction": optuna.distributions.FloatDistribution(0.0, 1.0),
+            "core_num": optuna.distributions.IntDistribution(1, self.soc.aiv_cores),
+        }
+
+    def params_of(self, point: dict[str, float | int]) -> TilingParams:
+        """The knobs a trial's parameters stand for (``suggest``'s mapping)."""
+        bn = int(point["buffer_num"])
+        return TilingParams(int(point["block_bytes"]), bn, self.tile_from_fraction(float(point["tile_fraction"]), bn),
+                            int(point["core_num"]))  # fmt: skip
+
+    def default_params(self) -> TilingParams:
+        p = resolve_params(None, self.kernel, self.soc, "exact")
+        return TilingParams(p.block_bytes, p.buffer_num, p.tile_bytes, p.core_num)
+
     def default_point(self) -> dict[str, float | int]:
         """The default knobs (block 512, 2 buffers where the queue limit allows, whole-block max
         tile, all cores): what ``compute_tiling`` uses when no knob is given."""

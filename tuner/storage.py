@@ -19,8 +19,12 @@ def _create(url: str, attempts: int = 6) -> optuna.storages.RDBStorage:
     for attempt in range(attempts):
         try:
             return optuna.storages.RDBStorage(url)
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-            if attempt == attempts - 1:
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
+            # SQLite says it as an OperationalError ("table ... already exists", "database is locked")
+            racing = not isinstance(e, sqlalchemy.exc.OperationalError) or any(
+                words in str(e.orig) for words in ("already exists", "database is locked")
+            )
+            if attempt == attempts - 1 or not racing:
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")

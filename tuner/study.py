@@ -6,9 +6,12 @@ interrupted sweep resumes where it stopped and finished studies are not run agai
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import replace
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
@@ -27,7 +30,17 @@ from tiling_model.tables import TableEntry
 from tiling_model.tiling import KNOB_NAMES
 from tuner.backends import Backend
 from tuner.key import StudyKey
-from tuner.protocol import MeasurementProtocol, measure, remeasure_interleaved, statistically_tied
+from tuner.learning import PRIOR_SIGMA, DeviceModel, key_attrs
+from tuner.protocol import (
+    MeasurementProtocol,
+    measure,
+    needs_flush,
+    race_samples,
+    remeasure_interleaved,
+    statistically_tied,
+    summarise,
+)
+from tuner.race import Entrant, RacePlan, entrant_of, search
 from tuner.records import RecordLog
 from tuner.search_space import SearchSpace
 
@@ -224,9 +237,22 @@ def tune(
     protocol: MeasurementProtocol | None = None,
     patience: int = 0,
     records: RecordLog | None = None,
+    model: DeviceModel | None = None,
+    strategy: str = "auto",
+    plan: RacePlan | None = None,
 ) -> TableEntry:
-    """Run (or resume) the study of ``key`` up to ``trials`` completed trials (or until the best has not
-    improved for ``patience`` trials, when > 0); return its entry."""
+    """Run (or resume) the study of ``key`` up to ``trials`` measured configurations; return its entry.
+
+    ``strategy``: ``race`` (timed backends' default: the device model's candidates raced under noise,
+    then TPE; ``model``: what the sweep has learnt of the device, the shipped profile without one) or
+    ``tpe`` (the model backend's default: the seed default and the model's 3 best, then TPE; with
+    ``patience`` > 0 it stops when the best has not improved for that many trials)."""
+    if strategy == "auto":
+        strategy = "tpe" if backend.deterministic else "race"
+    if strategy == "race":
+        return _tune_race(key, backend, storage, trials, protocol or MeasurementProtocol(), records, model, plan)
+    if strategy != "tpe":
+        raise ValueError(f"unknown strategy {strategy!r}: race or tpe")
     protocol = protocol or MeasurementProtocol()
     soc = load_soc(key.soc)
     space = SearchSpace(soc, key.variant)
@@ -238,6 +264,7 @@ def tune(
         )
         for point in seeds:
             study.enqueue_trial(point)
+        study.set_user_attr("key", key_attrs(key))
         study.set_user_attr("seeded", True)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=key.study_name(backend.name), storage=storage, sampler=sampler)
@@ -264,3 +291,127 @@ def tune(
         trials=len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
         spread_us=round(spread_us, 4),
     )
+
+
+#: A race's worker that has not measured for this long is taken to be gone: another takes its key over
+#: (resuming from its trials).
+STALE_S = 600.0
+
+
+class KeyBusy(RuntimeError):
+    """Another worker is racing this key now; its entry will be in the study when it is done."""
+
+
+def wait_for_entry(
+    key: StudyKey, backend_name: str, storage: optuna.storages.BaseStorage | str, poll_s: float = 2.0
+) -> bool:
+    """Wait until the worker racing ``key`` has stored its entry (True) or has stopped beating (False:
+    take the key over)."""
+    study = optuna.load_study(study_name=key.study_name(backend_name), storage=storage)
+    while True:
+        attrs = study.user_attrs
+        if "entry" in attrs:
+            return True
+        if time.time() - attrs.get("heartbeat", 0.0) >= STALE_S:
+            return False
+        time.sleep(poll_s)
+
+
+def _knob_text(e: Entrant) -> str:
+    return "/".join(map(str, e.key))
+
+
+def _tune_race(
+    key: StudyKey,
+    backend: Backend,
+    storage: optuna.storages.BaseStorage | str,
+    trials: int,
+    protocol: MeasurementProtocol,
+    records: RecordLog | None,
+    model: DeviceModel | None,
+    plan: RacePlan | None,
+) -> TableEntry:
+    """``tune`` with the race (tuner.race) on a timed backend. Each configuration's first measurement is a
+    trial of the key's study (its samples, the shipped model's and the device model's predictions beside
+    it); the race's further samples and the entry are stored with the study, so a finished key is never
+    timed again and every worker reads the same."""
+    plan = plan or RacePlan()
+    soc = load_soc(key.soc)
+    space = SearchSpace(soc, key.variant)
+    model = model or DeviceModel(soc, PRIOR_SIGMA)
+    name = key.study_name(backend.name)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, direction="minimize")
+        study.set_user_attr("key", key_attrs(key))
+        study.set_user_attr("strategy", "race")
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage)
+        if "entry" not in study.user_attrs and time.time() - study.user_attrs.get("heartbeat", 0.0) < STALE_S:
+            raise KeyBusy(name) from None  # another worker is racing it: come back for its entry
+    if "entry" in study.user_attrs:
+        return entry_from_attrs(key, study.user_attrs["entry"])
+    study.set_user_attr("owner", f"{socket.gethostname()}:{os.getpid()}")  # the worker racing it (ops)
+    study.set_user_attr("heartbeat", time.time())
+    dists = space.distributions()
+    known: dict[tuple[int, ...], Entrant] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if all(k in t.user_attrs for k in KNOB_NAMES) and "samples" in t.user_attrs:
+            e = entrant_of(space, key.size, TilingParams(*_params_of(t)), t.user_attrs["samples"])
+            known[e.key] = e
+
+    def measure_new(params: TilingParams) -> Entrant | None:
+        t = compute_tiling([key.size], key.variant, params, soc)
+        violations = validate(t, soc)
+        if violations:
+            raise InvalidConfiguration(f"{key}: {params} -> {[v.kind for v in violations]}")
+        e = entrant_of(space, key.size, params, [])
+        if e.key in known:
+            return known[e.key]
+        attrs: dict[str, object] = dict(zip(KNOB_NAMES, e.key, strict=True))
+        attrs["predicted_us"] = predict(t, soc)
+        attrs["predicted_device_us"] = predict(t, model.profile)
+        try:
+            samples = race_samples(backend, t, plan.first_samples, protocol.warmup, soc)
+        except MeasurementError as err:
+            failed = attrs | {"error": str(err)}
+            point = space.point_of(e.params)
+            study.add_trial(optuna.trial.create_trial(params=point, distributions=dists, state=TrialState.FAIL,
+                                                      user_attrs=failed))  # fmt: skip
+            return None
+        e.samples = samples
+        study.set_user_attr("heartbeat", time.time())  # this worker is alive and on the key
+        m = summarise(samples, protocol.outlier_mads)
+        attrs |= m.as_attrs() | {"spread_us": m.iqr_us}
+        study.add_trial(optuna.trial.create_trial(params=space.point_of(e.params), distributions=dists,
+                                                  value=m.median_us, user_attrs=attrs))  # fmt: skip
+        if records is not None:
+            records.write(key, backend.name, t, m, float(attrs["predicted_us"]),  # type: ignore[arg-type]
+                          predicted_device_us=float(attrs["predicted_device_us"]))  # type: ignore[arg-type]  # fmt: skip
+        known[e.key] = e
+        return e
+
+    leader, measured, in_band = search(space, key.size, model, trials, measure_new, backend, key.seed(), plan,
+                                       protocol.warmup, lambda e: needs_flush(e.tiling, soc))  # fmt: skip
+    study.set_user_attr("race", {_knob_text(e): e.samples for e in measured})
+    default = entrant_of(space, key.size, space.default_params(), [])
+    seed_us = (
+        known[default.key].median() if default.key in known else measure(backend, default.tiling, protocol).median_us
+    )
+    q1, q3 = np.percentile(leader.samples, [25, 75])
+    entry = TableEntry(
+        variant=key.variant,
+        size=key.size,
+        params=dict(zip(KNOB_NAMES, leader.key, strict=True)),
+        tuned_us=round(leader.median(), 4),
+        seed_default_us=round(seed_us, 4),
+        trials=len(measured),
+        spread_us=round(float(q3 - q1), 4),
+    )
+    study.set_user_attr("entry", entry.to_json() | {"band": in_band})
+    return entry
+
+
+def entry_from_attrs(key: StudyKey, doc: dict) -> TableEntry:
+    """A finished race's entry as stored with its study."""
+    return TableEntry(key.variant, key.size, dict(doc["params"]), doc["tuned_us"], doc["seed_default_us"],
+                      doc["trials"], doc["spread_us"])  # fmt: skip

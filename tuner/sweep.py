@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
+import sys
 from collections.abc import Iterable
 from dataclasses import replace
 from importlib import metadata
@@ -15,15 +16,20 @@ from tqdm import tqdm
 
 from kernel.sources import kernel_source_hash
 from tiling_model import SocProfile, Variant, load_soc, valid_combinations
+from tiling_model.calibrate import FOLDS
 from tiling_model.dtypes import FLOAT_DTYPES
 from tiling_model.errors import TableError
+from tiling_model.soc import profile_from_json
 from tiling_model.tables import TableEntry, TuningTable, write_table
 from tuner.backends import Backend, ModelBackend
+from tuner.device_time import DeviceClock, estimate
 from tuner.gate import GateFailure, check_tiling
 from tuner.key import StudyKey
+from tuner.learning import Learner, device_profile_document
 from tuner.protocol import MeasurementProtocol, measure
+from tuner.race import RacePlan
 from tuner.records import RecordLog
-from tuner.study import seed_default_tiling, tune
+from tuner.study import KeyBusy, seed_default_tiling, tune, wait_for_entry
 
 #: Representative element counts: powers of four from 1 Ki to 1 Gi elements.
 DEFAULT_SIZES = tuple(4**k for k in range(5, 16))
@@ -152,32 +158,71 @@ def run_sweep(
     protocol: MeasurementProtocol | None = None,
     patience: int = 0,
     records: RecordLog | None = None,
+    learn: bool | None = None,
+    strategy: str = "auto",
+    plan: RacePlan | None = None,
 ) -> TuningTable:
+    """Tune every key and write the table. On a timed backend (``learn``, the default there) the sweep
+    learns the device as it goes: after every key the device model is refitted on every measurement in
+    the storage (every worker's), the next key is searched on it (the race, ``tuner.race``), and the table
+    carries the profile fitted on the whole sweep (its held-out errors give the answers' intervals)."""
     if not keys:
         raise ValueError("nothing to tune: no supported (dtype, reduction) combination selected")
     socs = {k.soc for k in keys}
     if len(socs) != 1:
         raise ValueError(f"one SoC per sweep, got {sorted(socs)}")
     soc = load_soc(keys[0].soc)
-    entries, failures = [], []
-    bar = tqdm(keys, desc=f"sweep {soc.name}", unit="study", disable=not progress)
-    for key in bar:
-        bar.set_postfix_str(key.label())
-        entry = tune(key, backend, storage, trials, protocol, patience, records)
+    protocol = protocol or MeasurementProtocol()
+    learn = (not backend.deterministic) if learn is None else learn
+    store = optuna.storages.get_storage(storage) if isinstance(storage, str) else storage
+    learner = Learner(soc, store, backend.name) if learn else None
+    clock = DeviceClock(backend)
+    if not backend.deterministic:
+        planned = estimate(keys, trials, protocol, plan)
+        tqdm.write(f"sweep {soc.name} on {backend.name}: {planned.text()} (at most)", file=sys.stderr)
+    done: dict[StudyKey, TableEntry] = {}
+    failures: list[str] = []
+
+    def run(key: StudyKey) -> None:
+        model = learner.model() if learner else None
+        entry = tune(key, clock, store, trials, protocol, patience, records, model, strategy, plan)
+        if learner:
+            learner.study_done()
         try:  # no entry ships before the real kernel source ran it correctly in the CPU twin
             gate_entry(key.soc, entry)
         except GateFailure as e:
             failures.append(str(e))
-            continue
-        entries.append(entry)
+            return
+        done[key] = entry
+
+    busy: list[StudyKey] = []
+    bar = tqdm(keys, desc=f"sweep {soc.name}", unit="study", disable=not progress)
+    for key in bar:
+        bar.set_postfix_str(key.label())
+        try:
+            run(key)
+        except KeyBusy:  # another worker races it: take the next key, collect this one's entry at the end
+            busy.append(key)
+    for key in busy:  # the other workers' keys: their entries, or the key itself where a worker went away
+        wait_for_entry(key, backend.name, store)
+        run(key)
+    entries = [done[k] for k in keys if k in done]
     if failures:
         raise GateFailure(
             f"{len(failures)} of {len(keys)} entries failed the CPU-twin gate; no table written "
             f"(the studies are kept: rerun to resume). First: {failures[0]}"
         )
+    device = None
+    profile_hash = soc.profile_hash
+    if learner:
+        device = device_profile_document(learner.refit(folds=FOLDS))
+        if device is not None:
+            profile_hash = profile_from_json(device["profile"]).profile_hash
+    if not backend.deterministic:
+        tqdm.write(f"sweep {soc.name} spent {clock.text(soc)}", file=sys.stderr)
     table = TuningTable(
         soc=soc.name,
-        soc_profile_hash=soc.profile_hash,
+        soc_profile_hash=profile_hash,
         kernel_hash=kernel_source_hash(),
         backend=backend.name,
         created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -185,6 +230,7 @@ def run_sweep(
         entries=tuple(entries),
         calibration=calibration_summary(soc),
         versions=software_versions(backend.name),
+        device=device,
     )
     if out is not None:
         write_table(table, out)

@@ -180,8 +180,24 @@ class RunResult:
     bytes_written: dict[str, int]
 
 
+@dataclass(frozen=True)
+class PreparedTiling:
+    """What a launch needs besides the tensors, made once per tiling: the struct's bytes, the block
+    count, the workspace size and the UB the cores may use (the PyTorch operator caches these)."""
+
+    tiling: TilingData
+    tiling_bytes: np.ndarray
+    ub_usable_bytes: int
+
+    @classmethod
+    def of(cls, tiling: TilingData) -> PreparedTiling:
+        raw = np.frombuffer(tiling.to_bytes(), dtype=np.uint8).copy()
+        raw.setflags(write=False)
+        return cls(tiling, raw, load_soc(tiling.soc).ub_usable_bytes)
+
+
 def run_tiling(
-    tiling: TilingData,
+    tiling: TilingData | PreparedTiling,
     arrays: dict[str, np.ndarray | None],
     out: np.ndarray,
     *,
@@ -192,26 +208,28 @@ def run_tiling(
     """Launch the kernel with ``tiling`` over contiguous ``arrays`` (grad, logits, labels, weight,
     pos_weight) writing ``out``; ``cores`` limits the run to some block indices; ``flow`` picks the
     CANN build flow the kernel is compiled as (``op``: the custom-op binary of the tiling's dtype)."""
-    soc = load_soc(tiling.soc)
-    bad = [c for c in cores or [] if not 0 <= c < tiling.block_dim]
+    prepared = tiling if isinstance(tiling, PreparedTiling) else PreparedTiling.of(tiling)
+    t = prepared.tiling
+    bad = [c for c in cores or [] if not 0 <= c < t.block_dim]
     if bad:
-        raise BadRequest(f"cores {bad} are not block indices of this tiling (0..{tiling.block_dim - 1})")
-    if tiling.block_dim == 0:
+        raise BadRequest(f"cores {bad} are not block indices of this tiling (0..{t.block_dim - 1})")
+    if t.block_dim == 0:
         return RunResult(0, 0, dict.fromkeys(TENSOR_NAMES, 0), dict.fromkeys(TENSOR_NAMES, 0))
-    workspace = np.zeros(max(tiling.workspace_bytes, 0), dtype=np.uint8)
-    tiling_bytes = np.frombuffer(tiling.to_bytes(), dtype=np.uint8).copy()
+    workspace = np.zeros(max(t.workspace_bytes, 0), dtype=np.uint8)
+    # the kernel never writes the tiling; the twin's view of it is read-only memory in all but name
+    tiling_bytes = prepared.tiling_bytes
     keep = [arrays.get(k) for k in TENSOR_NAMES[:5]] + [out, workspace if workspace.size else None, tiling_bytes]
     tensors = _gm_tensors(keep)  # keep holds the arrays alive while the kernel runs
     which = (ctypes.c_int64 * max(len(cores or []), 1))(*(cores or [0]))
     stats = _Stats()
     io = (ctypes.c_uint64 * 16)()
     err = ctypes.create_string_buffer(2048)
-    rc = library(flow, tiling.variant.dtype).bce_twin_run(
+    rc = library(flow, t.variant.dtype).bce_twin_run(
         tensors,
         8,
-        tiling.block_dim,
-        soc.ub_usable_bytes,
-        threads or os.cpu_count() or 1,
+        t.block_dim,
+        prepared.ub_usable_bytes,
+        threads or _THREADS,
         which,
         len(cores or []),
         ctypes.byref(stats),
@@ -227,6 +245,9 @@ def run_tiling(
         {n: int(io[2 * i]) for i, n in enumerate(TENSOR_NAMES)},
         {n: int(io[2 * i + 1]) for i, n in enumerate(TENSOR_NAMES)},
     )
+
+
+_THREADS = os.cpu_count() or 1
 
 
 def _gm_tensors(arrays: list[np.ndarray | None]) -> ctypes.Array[_Tensor]:
@@ -309,4 +330,13 @@ def bce_grad(
     return out
 
 
-__all__ = ["FLOWS", "KernelBuildError", "KernelFault", "RunResult", "bce_grad", "library", "run_tiling"]
+__all__ = [
+    "FLOWS",
+    "KernelBuildError",
+    "KernelFault",
+    "PreparedTiling",
+    "RunResult",
+    "bce_grad",
+    "library",
+    "run_tiling",
+]

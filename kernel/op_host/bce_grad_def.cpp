@@ -4,7 +4,7 @@
  * inference in bce_grad_infershape.cpp (IMPL_OP_OPTILING / IMPL_OP_INFERSHAPE, by op type).
  *
  * Compile-checked against the real CANN 8.5.0 headers as the tiling and the proto library
- * (tests/test_cann_compile.py); built into the op package by kernel/build.sh; not run on a device here.
+ * (tests/kernel/test_cann_compile.py); built into the op package by kernel/build.sh; not run on a device here.
  */
 #include <vector>
 

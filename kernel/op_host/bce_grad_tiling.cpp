@@ -6,7 +6,7 @@
  * call and the platform from the gert contexts and writes the struct the kernel reads.
  *
  * Built by kernel/build.sh inside an msopgen project with CANN (ASCEND_HOME_PATH set). Without
- * CANN it is compile-checked against the real CANN 8.5.0 headers (tests/test_cann_compile.py) as the
+ * CANN it is compile-checked against the real CANN 8.5.0 headers (tests/kernel/test_cann_compile.py) as the
  * tiling library and as the proto library; it has not run on a device.
  */
 #include <cstring>

@@ -3,7 +3,7 @@
  * service's tables) and, at a size the tables were not tuned at, the service's unseen-size policy:
  * keep the bucket's BUFFER_NUM, re-fit the block size, core count and tile with the cost model at the
  * exact size (bce_grad_cost_model.h). So the compiled operator tiles every call as `POST /tiling`
- * answers it (tests/test_tuned_header.py: the same knobs on thousands of random sizes per SoC).
+ * answers it (tests/kernel/test_tuned_header.py: the same knobs on thousands of random sizes per SoC).
  *
  * Pure C++17, no CANN headers, no heap allocation: the TilingFunc (bce_grad_tiling.cpp) calls TunedTiling.
  */

@@ -4,25 +4,27 @@ outside), ``POST /tiling/explain`` (the answer of ``POST /tiling`` with the pict
 
 The same request body and limits as ``POST /tiling``; a tiling the service refuses is refused here
 with the same 422. The answer comes from the resolver on the event loop, as ``POST /tiling``'s does;
-the explanation and the pictures are computed in a worker thread (scoring a slice and drawing take
-tens to hundreds of milliseconds) and cached per request.
+the explanation and the pictures (scoring a slice and drawing take tens of milliseconds to seconds)
+are computed in the scheduler's worker processes (``service.scheduler``: a share per client, 429 or 503
+past it) and cached per request.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import OrderedDict
 from importlib import resources
 from typing import Any, Literal
 
-from fastapi import APIRouter, Query
+import orjson
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from service.deps import ServiceDep, json_bytes
+from service.deps import ServiceDep
 from service.routes.tiling import answer, refused
+from service.scheduler import client_of
 from service.schemas import ERRORS, TilingRequest
-from tiling_model import BadRequest, InvalidTiling, TilingParams, compute_tiling
+from tiling_model import BadRequest, InvalidTiling, SocProfile, TilingData, TilingParams, compute_tiling
 from tiling_model.explain import Explanation, explain
 
 router = APIRouter(tags=["explorer"])
@@ -55,16 +57,32 @@ _explained = _Lru(CACHE_SIZE)
 _pictures = _Lru(CACHE_SIZE)
 
 
-async def _explain(req: TilingRequest, service: ServiceDep) -> tuple[dict[str, Any], Explanation]:
-    doc = answer(req, service.store, service.metrics, service.settings)
+def explained(t: TilingData, profile: SocProfile) -> tuple[Explanation, bytes]:
+    """The explanation and its JSON (a worker process's job: the serving process encodes nothing big)."""
+    e = explain(t, profile)
+    return e, orjson.dumps(e.as_dict(), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+async def _explain(req: TilingRequest, service: ServiceDep, request: Request) -> tuple[bytes, Explanation, bytes]:
+    """The answer's JSON, its explanation and the explanation's JSON."""
+    body = answer(req, service.store, service.metrics, service.settings)
+    doc: dict[str, Any] = orjson.loads(body)
     key = (req.model_dump_json(), doc["tiling_b64"], doc["soc"])
-    e = _explained.get(key)
-    if e is None:
+    got = _explained.get(key)
+    if got is None:
         period = doc["weight_period"] or None
-        t = compute_tiling(list(req.shape), req.variant(), TilingParams(**doc["params"]), doc["soc"], "exact", period)
-        e = await asyncio.to_thread(explain, t)
-        _explained.put(key, e)
-    return doc, e
+        profile = service.store.snapshot.resolver.profile(doc["soc"])  # a device-tuned table's, where it is one
+        t = compute_tiling(list(req.shape), req.variant(), TilingParams(**doc["params"]), profile, "exact", period)
+        got = await service.scheduler.run(client_of(request), request.is_disconnected, explained, t, profile)
+        _explained.put(key, got)
+    return body, got[0], got[1]
+
+
+def draw(e: Explanation, picture: str, fmt: str) -> bytes:
+    """One picture (a worker process's job: matplotlib loads there, never in the serving process)."""
+    from tiling_model.explorer_plot import render
+
+    return render(e, picture, fmt)
 
 
 @router.get("/", include_in_schema=False)
@@ -86,32 +104,34 @@ def explorer_script() -> Response:
 
 
 @router.post("/tiling/explain", responses=ERRORS)
-async def tiling_explain(req: TilingRequest, service: ServiceDep) -> Any:
+async def tiling_explain(req: TilingRequest, service: ServiceDep, request: Request) -> Any:
     """The answer of ``POST /tiling`` (``answer``) and the explorer's data (``explain``): each core's
     element range and tiles, the UB buffers, the pipeline of one core of each kind, and the predicted
     time over tile size x core count for the answer's block size and BUFFER_NUM."""
     try:
-        doc, e = await _explain(req, service)
+        body, _, explanation = await _explain(req, service, request)
     except (BadRequest, InvalidTiling) as err:
         return refused(["body"], err, req)
-    return json_bytes({"answer": doc, "explain": e.as_dict()})
+    return Response(b'{"answer":' + body + b',"explain":' + explanation + b"}", media_type="application/json")
 
 
 @router.post("/tiling/plot/{picture}", responses={**ERRORS, 200: {"content": {"image/svg+xml": {}, "image/png": {}}}})
 async def tiling_plot(
-    picture: Picture, req: TilingRequest, service: ServiceDep, format: Literal["svg", "png"] = Query("svg")
+    picture: Picture,
+    req: TilingRequest,
+    service: ServiceDep,
+    request: Request,
+    format: Literal["svg", "png"] = Query("svg"),
 ) -> Any:
     """One picture of the answer's tiling: ``core_map``, ``ub``, ``timeline`` or ``landscape``."""
-    from tiling_model.explorer_plot import render  # matplotlib loads on the first picture, not at start
-
     try:
-        doc, e = await _explain(req, service)
+        answer_body, e, _ = await _explain(req, service, request)
     except (BadRequest, InvalidTiling) as err:
         return refused(["body"], err, req)
-    key = (req.model_dump_json(), doc["tiling_b64"], picture, format)
+    key = (req.model_dump_json(), orjson.loads(answer_body)["tiling_b64"], picture, format)
     body = _pictures.get(key)
     if body is None:
-        body = await asyncio.to_thread(render, e, picture, format)
+        body = await service.scheduler.run(client_of(request), request.is_disconnected, draw, e, picture, format)
         _pictures.put(key, body)
     media = "image/svg+xml" if format == "svg" else "image/png"
     return Response(body, media_type=media, headers={"Cache-Control": "no-cache"})

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from service.config import Settings
@@ -14,6 +14,7 @@ from service.deps import ServiceDep, json_bytes
 from service.errors import domain_item, error_response
 from service.metrics import Metrics
 from service.resolver import Query
+from service.scheduler import Disconnected
 from service.schemas import ERRORS, BatchRequest, BatchResponse, TilingRequest, TilingResponse
 from service.store import TableStore
 from tiling_model import BadRequest, InvalidTiling
@@ -43,38 +44,46 @@ class Budget:
 
 def answer(
     req: TilingRequest, store: TableStore, metrics: Metrics, settings: Settings, budget: Budget | None = None
-) -> dict[str, Any]:
-    """The answer to one request: from the cache, else computed here, on the event loop (a cold answer
-    costs well under a millisecond: no thread hand-off, no GIL contention between worker threads)."""
+) -> bytes:
+    """The answer to one request as JSON bytes: from the cache, else computed here, on the event loop (a
+    cold answer costs well under a millisecond: no thread hand-off, no GIL contention between worker
+    threads)."""
     resolver = store.snapshot.resolver
     given = req.params.given() if req.params else ()
     q = Query(req.soc or settings.default_soc, tuple(req.shape), req.variant(), given, req.weight_broadcast().period)
-    doc = resolver.cached(q)
-    if doc is None:
+    got = resolver.cached(q)
+    if got is None:
         if budget is not None and budget.left <= 0:
             raise OverBudget
         start = time.perf_counter()
         try:
-            doc = resolver.resolve(q)
+            got = resolver.answer(q)
         finally:
             if budget is not None:
                 budget.left -= time.perf_counter() - start
-    metrics.sources.labels(doc["source"]).inc()
-    return doc
+    body, source = got
+    metrics.sources.labels(source).inc()
+    return body
+
+
+def json_body(body: bytes, status_code: int = 200) -> Response:
+    """JSON that is already encoded (a cached answer, or answers spliced into a batch)."""
+    return Response(body, status_code=status_code, media_type="application/json")
 
 
 @router.post("/tiling", response_model=TilingResponse, responses=ERRORS)
 async def tiling(req: TilingRequest, service: ServiceDep) -> Any:
     """Tiling for one call: tuned (from the table or the cost model), with any knobs the request fixes."""
     try:
-        return json_bytes(answer(req, service.store, service.metrics, service.settings))
+        return json_body(answer(req, service.store, service.metrics, service.settings))
     except (BadRequest, InvalidTiling) as e:
         return refused(["body"], e, req)
 
 
 @router.post("/tiling/batch", response_model=BatchResponse, responses=ERRORS)
-async def tiling_batch(batch: BatchRequest, service: ServiceDep) -> Any:
-    """Up to the service's max batch of /tiling requests in one call, answered in order."""
+async def tiling_batch(batch: BatchRequest, service: ServiceDep, request: Request) -> Any:
+    """Up to the service's max batch of /tiling requests in one call, answered in order (its items not
+    cached yet within the batches' share of the server: ``service.scheduler``)."""
     store, metrics, settings = service.store, service.metrics, service.settings
     if len(batch.requests) > settings.max_batch:
         item: dict[str, Any] = {
@@ -83,9 +92,11 @@ async def tiling_batch(batch: BatchRequest, service: ServiceDep) -> Any:
             "msg": f"{len(batch.requests)} requests; at most {settings.max_batch} per batch",
         }
         return json_bytes({"detail": [item]}, status_code=422)
-    out = []
+    out: list[bytes] = []
     budget = Budget(settings.batch_budget_s)
+    cold = 0
     for i, req in enumerate(batch.requests):
+        left = budget.left
         try:
             out.append(answer(req, store, metrics, settings, budget))
         except (BadRequest, InvalidTiling) as e:
@@ -98,9 +109,14 @@ async def tiling_batch(batch: BatchRequest, service: ServiceDep) -> Any:
                 "yet; they are cached now: send the batch again, or the rest on its own",
             }
             return error_response([over], status_code=503, headers={"retry-after": "1"})
-        if i % 16 == 15:
+        if budget.left < left:  # computed, not from the cache: charged to the batches' share
+            await service.scheduler.charge_batch(left - budget.left)
+            cold += 1
+            if cold % 16 == 0 and await request.is_disconnected():
+                raise Disconnected  # what it computed is cached; the rest is not worth computing
+        elif i % 16 == 15:
             await asyncio.sleep(0)  # let other requests in between a batch's items
-    return json_bytes({"responses": out})
+    return json_body(b'{"responses":[' + b",".join(out) + b"]}")
 
 
 bench_router = APIRouter(include_in_schema=False)

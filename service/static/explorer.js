@@ -82,6 +82,10 @@ function show(doc) {
   $("block_dim").textContent = a.block_dim;
   for (const k of KNOBS) $(k + "_out").textContent = a.params[k];
   $("predicted_us").textContent = a.predicted_us.toFixed(4);
+  const band = a.predicted_interval_us;
+  $("predicted_interval").textContent = band
+    ? ` (expected ${band[0].toFixed(2)} to ${band[1].toFixed(2)} µs${a.provenance.device_fitted ? ", device-fitted" : ""})`
+    : "";
   $("roofline_us").textContent = a.roofline_us.toFixed(4);
   $("seed_default_us").textContent = e.seed_default_us.toFixed(4);
   $("bottleneck").textContent = e.bottleneck;
@@ -89,13 +93,26 @@ function show(doc) {
   $("result").hidden = false;
 }
 
+// POST as the service asks: past this client's share (429) or the server's (503), again after its
+// Retry-After (up to 10 times); null once the view has changed (the answer is not wanted any more)
+async function post(url, req, generation) {
+  for (let attempt = 0; ; attempt++) {
+    const r = await fetch(url, {
+      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(req),
+    });
+    if (generation !== current) return null;
+    if (![429, 503].includes(r.status) || attempt >= 10) return r;
+    const wait = Number(r.headers.get("retry-after")) || 1;
+    await new Promise((done) => setTimeout(done, 1000 * wait));
+    if (generation !== current) return null;
+  }
+}
+
 async function picture(name, req, generation) {
   const fig = $("pic-" + name).querySelector(".pic");
   fig.removeAttribute("data-rendered");
-  const r = await fetch(`/tiling/plot/${name}?format=svg`, {
-    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(req),
-  });
-  if (generation !== current) return;
+  const r = await post(`/tiling/plot/${name}?format=svg`, req, generation);
+  if (r === null) return;
   if (!r.ok) { fig.textContent = `no picture (${r.status})`; return; }
   const svg = await r.text();
   fig.innerHTML = svg.slice(svg.indexOf("<svg"));  // the server's matplotlib SVG, without its XML prologue
@@ -115,14 +132,13 @@ async function submit(ev) {
   const req = body();
   let r;
   try {
-    r = await fetch("/tiling/explain", {
-      method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(req),
-    });
+    r = await post("/tiling/explain", req, generation);
   } catch (err) {
     $("form-error").textContent = "the service did not answer: " + err;
     $("status").textContent = "";
     return;
   }
+  if (r === null) return;
   const doc = await r.json();
   if (generation !== current) return;
   $("status").textContent = "";

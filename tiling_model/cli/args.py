@@ -54,14 +54,6 @@ def parse_shape(text: str) -> list[int]:
     return dims
 
 
-def parse_bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes"):
-        return True
-    if text.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
 def parse_weight(text: str) -> str:
     """true / false (full / none) or a broadcast form."""
     t = text.lower()
@@ -100,8 +92,9 @@ def knob_flags(p: argparse.ArgumentParser) -> None:
 
 L2_CHOICES = tuple(L2_STATES)
 L2_HELP = (
-    "L2 state of the prediction: steady (default: repeated launches, what profilers report; the SoC "
-    "profile's fitted curve), cold (first touch, all HBM) or warm (all that fits in L2 hits)"
+    "L2 state of the prediction: cold (default, what bcetune tunes for: in training the inputs were written "
+    "long before the backward pass; all HBM), steady (repeated launches, what a profiler that repeats a launch "
+    "reports; the SoC profile's fitted curve) or warm (all that fits in L2 hits)"
 )
 
 

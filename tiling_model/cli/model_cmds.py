@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tiling_model.calibrate import NAMED_KERNELS, calibrate, read_csv, read_jsonl
 from tiling_model.cli.args import (
     L2_CHOICES,
     L2_HELP,
@@ -23,15 +22,29 @@ from tiling_model.cli.args import (
     variant_flags,
     weight_of,
 )
+from tiling_model.confidence import interval
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS, UnsupportedError
 from tiling_model.errors import BadRequest
-from tiling_model.kernels import SCHEMES, VECTOR_OPS, ElementwiseKernel, bce_grad_kernel, elementwise_kernel
+from tiling_model.kernels import (
+    NAMED_KERNELS,
+    SCHEMES,
+    VECTOR_OPS,
+    ElementwiseKernel,
+    bce_grad_kernel,
+    elementwise_kernel,
+)
 from tiling_model.simulate import L2_STATES
 from tiling_model.soc import known_socs, load_soc, profile_to_json
 from tiling_model.space import score_space
 from tiling_model.tiling import TilingError, TilingParams, element_count, tile_kernel
 from tiling_model.variant import Variant
+
+#: What ``calibrate --free`` may name (tiling_model.calibrate.BOUNDS, without importing scipy here).
+_FITTABLE = (
+    "launch_us", "core_start_us", "hbm_gbps", "l2_gbps", "l2_half_bytes", "l2_falloff", "vector_cycle_scale",
+    "vector_start_cycles", "mte2_scale", "mte3_scale",
+)  # fmt: skip
 
 
 def add_model_commands(sub: SubParsers) -> None:
@@ -47,7 +60,7 @@ def add_model_commands(sub: SubParsers) -> None:
     variant_flags(p)
     knob_flags(p)
     p.add_argument("--scheme", default="exact", choices=SCHEMES)
-    p.add_argument("--l2", choices=L2_CHOICES, default="steady", help=L2_HELP)
+    p.add_argument("--l2", choices=L2_CHOICES, default="cold", help=L2_HELP)
     p.add_argument("--best", action="store_true", help="also score the whole space and show the model's best")
     p.add_argument("--json", action="store_true")
 
@@ -61,7 +74,20 @@ def add_model_commands(sub: SubParsers) -> None:
         "--data",
         type=Path,
         action="append",
-        help="your calibration CSV or JSON-lines records (repeatable); without it: the shipped data/calibration",
+        help="measurements to refit the hardware parameters to (repeatable): calibration CSVs of --kernel, "
+        "JSON-lines records, or a directory like data/calibration; without --data and --records: the shipped fit",
+    )
+    c.add_argument(
+        "--records",
+        type=Path,
+        action="append",
+        help="the tuner's records of bcetune's kernel on one device (python -m tuner sweep --records; repeatable): "
+        "fits the device (hardware parameters, then the knob correction) with its held-out error",
+    )
+    c.add_argument(
+        "--free",
+        type=csv_of(tuple(_FITTABLE)),
+        help="the parameters to fit (default: the shipped fit's for --data, the device's for --records)",
     )
     c.add_argument("--calibration-dir", type=Path, default=Path("data/calibration"), help="the shipped measurements")
     c.add_argument("--no-loo", action="store_true", help="skip the leave-one-operator-out folds (~1 min)")
@@ -125,11 +151,13 @@ def _predict(a: argparse.Namespace) -> int:
     classes = a.shape[-1] if variant is not None and variant.pos_weight == "last_dim" and a.shape else 0
     t = tile_kernel(kernel, a.shape, params, soc, a.scheme, variant, classes)
     warm = l2_state(a.l2)
+    detail = predict_detail(t, soc, warm)
     doc: dict[str, Any] = {
         "soc": soc.name,
         "kernel": kernel.name,
         "params": t.params.as_dict(),
-        **predict_detail(t, soc, warm).as_dict(),
+        **detail.as_dict(),
+        "predicted_interval_us": interval(t, soc, detail.predicted_us),
     }
     if a.best:
         scored = score_space(kernel, soc, max(element_count(a.shape), 1), warm)
@@ -150,8 +178,10 @@ def _predict(a: argparse.Namespace) -> int:
         f"{soc.name} {kernel.name} {a.dtype} shape={a.shape}  block_bytes={p['block_bytes']} "
         f"buffer_num={p['buffer_num']} tile_bytes={p['tile_bytes']} core_num={p['core_num']}"
     )
+    band = doc["predicted_interval_us"]
+    within = f" (expected {band[0]:.3f} to {band[1]:.3f}: held-out 10-90%)" if band else ""
     print(
-        f"predicted {doc['predicted_us']:.3f} us, roofline {doc['roofline_us']:.3f} us "
+        f"predicted {doc['predicted_us']:.3f} us{within}, roofline {doc['roofline_us']:.3f} us "
         f"({100 * doc['fraction_of_roofline']:.1f}%), {doc['bottleneck']}-bound, {doc['bytes_moved']} B, "
         f"{doc['achieved_gbps']:.1f} GB/s; busy {doc['busy_us']}"
     )
@@ -165,46 +195,65 @@ def _predict(a: argparse.Namespace) -> int:
 
 
 def _calibrate(a: argparse.Namespace) -> int:
-    if not a.data:
+    """One fit (tiling_model.calibrate), on the shipped measurements, your own, or a device's records."""
+    from tiling_model import calibrate as cal  # the fit (scipy): a tuning extra
+
+    if not a.data and not a.records:
         return _calibrate_shipped(a)
     soc = load_soc(a.soc)
-    data = []
-    for path in a.data:
-        if path.suffix in (".jsonl", ".json"):
-            data += read_jsonl(path)
-        else:
-            data += read_csv(path, a.kernel, l2_state(a.csv_l2))
-    result = calibrate(soc, data)
-    summary = result.as_dict()
+    if a.records:
+        cases = [m for path in a.records for m in cal.read_records(path, soc)]
+        if a.data:
+            cases += cal.read_data(a.data, soc, a.kernel, l2_state(a.csv_l2))
+        device = cal.fit_device(cases, soc, tuple(a.free) if a.free else cal.DEVICE_PARAMS)
+        profile, summary = device.profile, device.summary()
+        sources = [str(p) for p in (*a.records, *(a.data or []))]
+        residuals = [(m, e) for m, e in zip(device.cases, device.after, strict=True)]
+    else:
+        cases = cal.read_data(a.data, soc, a.kernel, l2_state(a.csv_l2))
+        result = cal.calibrate(soc, cases, tuple(a.free) if a.free else cal.PARAMS)
+        profile, doc = result.profile, result.as_dict()
+        summary = {k: v for k, v in doc.items() if k != "residuals"}
+        sources = [str(p) for p in a.data]
+        residuals = [(m, e) for m, e in zip(result.cases, result.after, strict=True)]
+    summary = {"data": sources, **summary}
     if a.out:
-        doc = profile_to_json(result.profile)
-        files = ", ".join(str(p) for p in a.data)
-        for name, value in result.after.items():
-            doc[name] = value
-            doc["sources"][name] = (
-                f"fitted by `python -m tiling_model calibrate` on {files}: median |error| "
-                f"{100 * result.median_abs_rel_error:.1f}% over {len(data)} cases"
-            )
-        doc["calibration"] = {k: v for k, v in summary.items()} | {"data": [str(p) for p in a.data]}
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(doc, indent=2) + "\n")
+        out = profile_to_json(profile)
+        how = f"fitted by `python -m tiling_model calibrate` on {', '.join(sources)} ({len(cases)} cases)"
+        for name in summary["fitted"]:
+            field = {"mte2_scale": "mte2_curve_kib_us", "mte3_scale": "mte3_curve_kib_us"}.get(name, name)
+            out["sources"][field] = how
+        if not profile.knob_correction.identity:
+            out["sources"]["knob_correction"] = how + ": the device's knob effects (tiling_model.correction)"
+        out["calibration"] = {"measured_on": soc.name, **summary}
+        with _writing(a.out):
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(out, indent=2) + "\n")
     if a.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary | {"residuals": [_residual(m, e) for m, e in residuals]}, indent=2))
         return 0
-    print(
-        f"{soc.name}: {len(data)} cases; median |error| {100 * result.median_before:.1f}% before, "
-        f"{100 * result.median_abs_rel_error:.1f}% after (worst {100 * result.worst_abs_rel_error:.1f}%)"
-    )
-    for k, v in result.after.items():
-        print(f"  {k:<14} {result.before[k]:>10.4f} -> {v:>10.4f}")
-    for r in result.residuals:
-        print(
-            f"  {r['case']:<50} {r['dtype']:<9} measured {r['measured_us']:>9.2f} predicted "
-            f"{r['predicted_us']:>9.2f} ({100 * r['rel_error']:+.1f}%)"
-        )
+    before = float(summary.get("median_abs_rel_error_before", summary.get("median_before", 0.0)))
+    after = float(summary["median"])
+    print(f"{soc.name}: {len(cases)} cases; median |error| {100 * before:.1f}% before, {100 * after:.1f}% after")
+    if "held_out_median" in summary:
+        held = 100 * summary["held_out_median"]
+        print(f"  held out by key (folds of keys, each predicted by a fit without its keys): {held:.1f}%")
+    for k, v in summary["fitted"].items():
+        start = getattr(soc, k) if hasattr(soc, k) else 1.0
+        print(f"  {k:<20} {start:>12.4f} -> {v:>12.4f}")
+    if summary.get("knob_correction"):
+        print(f"  knob correction: {summary['knob_correction']}")
+    for m, e in residuals:
+        print(f"  {m.source:<50} {m.op:<12} measured {m.measured_us:>9.2f} predicted {m.measured_us * (1 + e):>9.2f} "
+              f"({100 * e:+.1f}%)")  # fmt: skip
     if a.out:
         print(f"wrote {a.out}")
     return 0
+
+
+def _residual(m: Any, e: float) -> dict[str, Any]:
+    return {"case": m.source, "op": m.op, "measured_us": m.measured_us,
+            "predicted_us": round(m.measured_us * (1 + e), 4), "rel_error": round(float(e), 4)}  # fmt: skip
 
 
 def _plot(a: argparse.Namespace) -> int:
@@ -288,16 +337,17 @@ def _calibrate_shipped(a: argparse.Namespace) -> int:
 
 def _crossval(a: argparse.Namespace) -> int:
     from tiling_model import crossval as cv
+    from tiling_model.calibrate import errors
 
     soc = load_soc(a.soc)
     cases = cv.read_all(a.data, soc)
     rows: dict[str, Any] = {}
     for name, l2 in (
-        ("shipped profile, default (steady-state L2)", "steady"),
+        ("shipped profile, in the L2 state of the measurements (steady)", "steady"),
         ("L2 cold", "cold"),
         ("L2 warm", "warm"),
     ):
-        rows[name] = cv.report(cases, cv.errors(cases, soc, L2_STATES[l2]))
+        rows[name] = cv.report(cases, errors(cases, soc, L2_STATES[l2]))
     folds: dict[str, dict[str, float]] = {}
     if not a.no_loo:
         cal = cv.calibrate_all(a.data, soc)

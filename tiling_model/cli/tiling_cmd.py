@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from tiling_model.cli.args import (
@@ -19,11 +20,12 @@ from tiling_model.cli.args import (
 )
 from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS
-from tiling_model.errors import BadRequest
+from tiling_model.errors import BadRequest, InvalidTiling
 from tiling_model.kernels import SCHEMES
 from tiling_model.plan import core_plan
+from tiling_model.resolve import Request, Resolver, load_tables, shipped_tables_dir
 from tiling_model.simulate import DEFAULT_L2, L2State
-from tiling_model.soc import known_socs
+from tiling_model.soc import SocProfile, known_socs
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
@@ -38,7 +40,16 @@ def add_tiling_command(sub: SubParsers) -> None:
     t.add_argument("--scheme", default="exact", choices=SCHEMES)
     variant_flags(t)
     knob_flags(t)
-    t.add_argument("--l2", choices=L2_CHOICES, default="steady", help=L2_HELP)
+    t.add_argument(
+        "--knobs",
+        default="tuned",
+        choices=("tuned", "seed"),
+        help="tuned (default): what POST /tiling answers (the tables, the re-fit between their sizes, the model "
+        "where none applies), the knob flags over it; seed: the seed default (block 512, 2 buffers, the largest "
+        "tile, all cores), the knob flags over it",
+    )
+    t.add_argument("--tables", type=Path, help="tables directory for --knobs tuned (default: the shipped tables)")
+    t.add_argument("--l2", choices=L2_CHOICES, default="cold", help=L2_HELP)
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.add_argument("--max-cores", type=int, default=8, help="cores listed in the text summary")
     t.add_argument(
@@ -48,9 +59,10 @@ def add_tiling_command(sub: SubParsers) -> None:
     )
 
 
-def tiling_report(t: TilingData, warm_l2: L2State = DEFAULT_L2) -> dict[str, object]:
-    """The JSON document of ``--json`` (also what tests and scripts read)."""
-    pred = predict_detail(t, warm_l2=warm_l2)
+def tiling_report(t: TilingData, warm_l2: L2State = DEFAULT_L2, soc: SocProfile | None = None) -> dict[str, object]:
+    """The JSON document of ``--json`` (also what tests and scripts read); ``soc``: the profile that
+    predicts it (a device-tuned table's), default the shipped one."""
+    pred = predict_detail(t, soc, warm_l2=warm_l2)
     return {
         "soc": t.soc,
         "scheme": t.scheme,
@@ -58,7 +70,7 @@ def tiling_report(t: TilingData, warm_l2: L2State = DEFAULT_L2) -> dict[str, obj
         "tiling": t.field_dict(),
         "block_dim": t.block_dim,
         "tiling_key": t.tiling_key,
-        "violations": [v.as_dict() for v in validate(t)],
+        "violations": [v.as_dict() for v in validate(t, soc)],
         **pred.as_dict(),
         "cores": [
             {
@@ -106,14 +118,33 @@ def _print_text(rep: dict[str, Any], max_cores: int) -> None:
 
 def run_tiling_command(args: argparse.Namespace) -> int:
     params = TilingParams(args.block_bytes, args.buffer_num, args.tile_bytes, args.core_num)
+    soc = None
     try:
         w = weight_of(args)
         variant = Variant(args.dtype, args.reduction, w.form, args.pos_weight, args.wrt)
-        t = compute_tiling(args.shape, variant, params, args.soc, args.scheme, w.period or None)
-    except BadRequest as e:
+        if args.knobs == "tuned" and args.scheme == "exact":  # POST /tiling's answer
+            resolver = Resolver(load_tables(args.tables or shipped_tables_dir()))
+            given = tuple((k, v) for k, v in params.as_dict().items() if v is not None)
+            request = Request(args.soc, tuple(args.shape), variant, given, w.period)
+            try:
+                r = resolver.resolve(request)
+                t, soc = r.tiling, r.profile
+            except InvalidTiling as e:  # shown with its violations (POST /tiling refuses it: a 422)
+                if not e.violations:
+                    raise
+                print(f"python -m tiling_model: note: POST /tiling refuses these knobs: {e}", file=sys.stderr)
+                tuned = resolver.tuned(request)
+                merged = TilingParams(**(tuned.tiling.params.as_dict() | dict(given)))
+                t, soc = (
+                    compute_tiling(args.shape, variant, merged, tuned.profile, "exact", w.period or None),
+                    tuned.profile,
+                )
+        else:
+            t = compute_tiling(args.shape, variant, params, args.soc, args.scheme, w.period or None)
+    except (BadRequest, InvalidTiling) as e:
         print(f"python -m tiling_model: error: {e}", file=sys.stderr)
         return 2
-    rep = tiling_report(t, l2_state(args.l2))
+    rep = tiling_report(t, l2_state(args.l2), soc)
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
         print()
@@ -124,7 +155,7 @@ def run_tiling_command(args: argparse.Namespace) -> int:
         from tiling_model.explorer_plot import write_all
 
         try:
-            paths = write_all(explain(t), args.plot)
+            paths = write_all(explain(t, soc), args.plot)
         except OSError as e:
             print(f"python -m tiling_model: error: cannot write the pictures to {args.plot}: {e}", file=sys.stderr)
             return 2

@@ -1,0 +1,274 @@
+"""Attacker / victim benchmark of the service (one uvicorn worker, everything on one host).
+
+The victim is wrk on ``POST /tiling`` (4 connections from 127.0.0.1): the cached mix (8 shapes
+answered before) and the distinct mix (every request new). Beside it, from 127.0.0.2 (another client
+address), an attacker: 4 or 16 connections of distinct pictures (each request sent and its connection
+closed 0.1 s later, as a client that navigates away), distinct explanations, distinct 256-item batches (both
+waiting for their answers and ignoring Retry-After), or 1,000 idle connections that reconnect when
+closed. Each victim run is side by side with the victim alone in the same process run; the targets:
+the victim keeps >= 80% of its throughput and its p99 stays under 50 ms.
+
+Run: ``make bench-service`` (after the load benchmark) or ``python benchmarks/service_attack.py``.
+Prints what it measured; asserts nothing (the machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+from service_load import SHAPES, cold_bodies, lua_script, parse, random_shape, start_server
+
+ATTACKER_ADDRESS = "127.0.0.2"  # Linux routes all of 127/8 to the loopback: a second client address
+VICTIM_CONNECTIONS = 4
+
+
+def victim(url: str, bodies: list[str], seconds: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "mix.lua"
+        script.write_text(lua_script(bodies))
+        out = subprocess.run(
+            ["wrk", "-t2", f"-c{VICTIM_CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", str(script), url + "/tiling"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    return parse(out)
+
+
+COUNT_STATUSES = """
+local threads = {}
+local base_setup = setup
+function setup(thread)
+  if base_setup then base_setup(thread) end
+  table.insert(threads, thread)
+end
+statuses = {}
+function response(status, headers, body)
+  local key = tostring(status)
+  if status ~= 200 and headers["retry-after"] == nil then key = key .. " without Retry-After" end
+  statuses[key] = (statuses[key] or 0) + 1
+end
+function done(summary, latency, requests)
+  local total = {}
+  for _, t in ipairs(threads) do
+    for k, v in pairs(t:get("statuses")) do total[k] = (total[k] or 0) + v end
+  end
+  for k, v in pairs(total) do io.write(string.format("status %s: %d\\n", k, v)) end
+end
+"""
+
+
+def overload(url: str, bodies: list[str], seconds: int, pid: int) -> tuple[dict[str, float], dict[str, int], float]:
+    """wrk with 1,000 connections: its figures, the answers by status (a refusal without Retry-After
+    counted apart), and the server's RSS after it (MiB)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "mix.lua"
+        script.write_text(lua_script(bodies) + COUNT_STATUSES)
+        out = subprocess.run(
+            ["wrk", "-t2", "-c1000", f"-d{seconds}s", "--timeout", "5s", "--latency", "-s", str(script),
+             url + "/tiling"], capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    statuses = {m.group(1): int(m.group(2)) for m in re.finditer(r"status (.+): (\d+)", out)}
+    rss = int(next(x.split()[1] for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS")))
+    return parse(out), statuses, rss / 1024
+
+
+def gc_pause_max(url: str) -> str:
+    """The longest garbage-collection pause the server measured (its /metrics; n/a: a server that does
+    not measure it)."""
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("bcetune_gc_pause_max_seconds "):
+            return f"{1e3 * float(line.split()[1]):.1f} ms"
+    return "n/a"
+
+
+# --- the attacker (run as its own process: python service_attack.py --attack KIND ...) ---------------
+
+
+def attack_body(kind: str, rng: random.Random) -> tuple[str, bytes]:
+    one = {"shape": random_shape(rng), "dtype": rng.choice(["float32", "float16"]), "weight": rng.random() < 0.5}
+    if kind == "pictures":
+        return "/tiling/plot/" + rng.choice(["core_map", "ub", "timeline", "landscape"]), json.dumps(one).encode()
+    if kind == "explanations":
+        return "/tiling/explain", json.dumps(one).encode()
+    batch = [{"shape": random_shape(rng), "dtype": "float32", "reduction": "none"} for _ in range(256)]
+    return "/tiling/batch", json.dumps({"requests": batch}).encode()
+
+
+def request_bytes(path: str, body: bytes) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    m = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+    await reader.readexactly(int(m.group(1)) if m else 0)
+    return status
+
+
+async def _connection(kind: str, host: str, port: int, seed: int, until: float, seen: Counter) -> None:
+    rng = random.Random(seed)
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, port, local_addr=(ATTACKER_ADDRESS, 0))
+        except OSError:
+            seen["connect error"] += 1
+            await asyncio.sleep(0.01)
+            continue
+        try:
+            if kind == "idle":  # hold it open until the server closes it, then reconnect
+                try:
+                    await asyncio.wait_for(reader.read(), max(0.0, until - time.monotonic()))
+                    seen["closed by the server"] += 1
+                except TimeoutError:
+                    seen["held to the end"] += 1
+                continue
+            while time.monotonic() < until:
+                writer.write(request_bytes(*attack_body(kind, rng)))
+                await writer.drain()
+                if kind == "pictures":  # sent, and given up on 0.1 s later (a client that navigates away)
+                    seen["sent and abandoned"] += 1
+                    await asyncio.sleep(0.1)
+                    break
+                try:  # an answer that comes after the attack's end is not waited for
+                    status = await asyncio.wait_for(_read_response(reader), until - time.monotonic() + 1)
+                    seen[str(status)] += 1
+                except TimeoutError:
+                    seen["unanswered at the end"] += 1
+                    break
+        except (OSError, asyncio.IncompleteReadError):
+            seen["connection lost"] += 1
+        finally:
+            writer.close()
+
+
+async def attack(kind: str, conns: int, seconds: float, port: int) -> Counter:
+    seen: Counter = Counter()
+    until = time.monotonic() + seconds
+    await asyncio.gather(*(_connection(kind, "127.0.0.1", port, i, until, seen) for i in range(conns)))
+    return seen
+
+
+def start_attacker(kind: str, conns: int, seconds: float, port: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--attack", kind, "--conns", str(conns), "--seconds", str(seconds), "--port",
+         str(port)], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def settle(url: str, limit_s: float = 60) -> float:
+    """Seconds after the attacker stopped until the server answers /healthz within 20 ms three times
+    in a row (the work an attack left behind: 0 when none)."""
+    start, fast = time.monotonic(), 0
+    with httpx.Client(timeout=limit_s) as client:  # one client: a new one costs ~30 ms by itself
+        while fast < 3 and time.monotonic() - start < limit_s:
+            t = time.monotonic()
+            try:
+                ok = client.get(url + "/healthz").status_code == 200
+            except httpx.TransportError:
+                ok = False
+            fast = fast + 1 if ok and time.monotonic() - t < 0.02 else 0
+            time.sleep(0.05)
+    return max(0.0, time.monotonic() - start - 0.15)
+
+
+# --- the run -----------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--attack", choices=["pictures", "explanations", "batches", "idle"])
+    ap.add_argument("--conns", type=int, default=4)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--overload-only", action="store_true", help="only the 1,000-connection runs")
+    ap.add_argument("--max-connections", type=int, default=1000, help="the server's connection cap")
+    a = ap.parse_args()
+    if a.attack:  # the attacker process
+        seen = asyncio.run(attack(a.attack, a.conns, a.seconds, a.port))
+        print(json.dumps(dict(seen)))
+        return 0
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # the attacker's 1,000 connections
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    cached = [json.dumps({"shape": s, "dtype": d, "reduction": r}) for s, d, r in SHAPES]
+    distinct = cold_bodies(200_000, seed=7)
+
+    def fresh_server() -> tuple[subprocess.Popen, str, int]:
+        server, url = start_server(["--workers", "1", "--max-connections", str(a.max_connections)])
+        for b in cached:  # answered once: from here on the cached mix is cache hits
+            httpx.post(url + "/tiling", content=b, headers={"content-type": "application/json"})
+        time.sleep(5)  # the explorer's warm-up done
+        return server, url, int(url.rsplit(":", 1)[1])
+
+    used = 0
+
+    def victim_run(url: str, mix: str) -> dict[str, float]:
+        """The victim's figures; ``served`` counts its 200s a second (a fast 503 is not throughput)."""
+        nonlocal used
+        bodies = cached if mix == "cached" else distinct[used:]
+        r = victim(url, bodies, a.seconds)
+        if mix == "distinct":
+            used += int(r["requests"])
+        r["served"] = r["rps"] * (r["requests"] - r["non2xx"]) / r["requests"] if r["requests"] else 0.0
+        return r
+
+    attacks = [("pictures", 4), ("pictures", 16), ("explanations", 4), ("explanations", 16), ("batches", 4),
+               ("batches", 16), ("idle", 1000)]  # fmt: skip
+    print(f"victim: wrk -t2 -c{VICTIM_CONNECTIONS} {a.seconds} s on POST /tiling; attacker from {ATTACKER_ADDRESS}; "
+          "a fresh server for every row")  # fmt: skip
+    print(f"{'attacker':<22}{'victim mix':<11}{'served/s':>9}{'alone':>7}{'kept':>6}{'p99 ms':>8}{'alone':>7}"
+          f"{'non-200':>8}{'busy s':>7}{'GC max':>9}  attacker saw")  # fmt: skip
+    for mix in () if a.overload_only else ("cached", "distinct"):
+        server, url, _ = fresh_server()
+        try:
+            alone = victim_run(url, mix)
+        finally:
+            server.kill()
+            server.wait()
+        for kind, conns in attacks:
+            server, url, port = fresh_server()
+            try:
+                attacker = start_attacker(kind, conns, a.seconds + 1, port)
+                time.sleep(1.0)  # the attack is under way when the victim starts
+                r = victim_run(url, mix)
+                seen = json.loads(attacker.communicate(timeout=120)[0] or "{}")
+                busy = settle(url)  # what the attack left behind, still running
+                gc_max = gc_pause_max(url)
+            finally:
+                server.kill()  # a server still busy with what an attack left does not stop on a TERM in time
+                server.wait()
+            kept = r["served"] / alone["served"] if alone["served"] else 0.0
+            busy_text = f"{busy:.1f}" if busy < 59 else ">60"
+            print(f"{f'{conns} x {kind}':<22}{mix:<11}{r['served']:>9.0f}{alone['served']:>7.0f}{100 * kept:>5.0f}%"
+                  f"{r['p99_ms']:>8.2f}{alone['p99_ms']:>7.2f}{r['non2xx']:>8.0f}{busy_text:>7}{gc_max:>9}  {seen}",
+                  flush=True)  # fmt: skip
+    server, url, _ = fresh_server()
+    try:
+        for mix in ("cached", "distinct"):
+            bodies = cached if mix == "cached" else distinct[used:]
+            r, statuses, rss = overload(url, bodies, 30, server.pid)
+            used += int(r["requests"]) if mix == "distinct" else 0
+            print(f"1,000 connections for 30 s, {mix} mix: {r['rps']:.0f} req/s, p99 {r['p99_ms']:.1f} ms "
+                  f"(served and refused), {r['timeouts']:.0f} client timeouts (5 s), answers {statuses}; "
+                  f"server RSS {rss:.0f} MiB", flush=True)  # fmt: skip
+        print(f"longest GC pause of the serving process (the overload runs): {gc_pause_max(url)}")
+    finally:
+        server.kill()
+        server.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""Cost isolation for the requests that cost far more than ``POST /tiling``: explanations, pictures and
+batches. One scheduler admits them, shares the server between clients and keeps ``/tiling`` its
+throughput.
+
+- **Admission.** A client address has at most ``per_client`` expensive requests in flight (one HTTP/1.1
+  connection has one at a time: its requests are answered in order); past it, a 429 with Retry-After,
+  sent after that Retry-After (a client that ignores it retries once a second per connection).
+  At most ``max_queued`` wait for the worker pool overall; past it, a 503 with Retry-After (shed: a
+  refusal at once instead of a queue that answers late).
+- **Pictures and explanations** run in a pool of worker processes at low CPU priority, never on the
+  event loop or under its GIL: the process that answers ``/tiling`` does none of that work and keeps no
+  matplotlib. Waiting jobs are served round robin by client address; a job whose client disconnects
+  while it waits never runs (one already running finishes: a process is not interrupted mid-draw, and
+  its result is cached).
+- **Batches** compute on the event loop (their answers are the cache's), item by item, and their
+  cold items are charged to a loop-time share: while other requests are in flight, batches together
+  get at most ``batch_share`` of the loop, each waits its turn; alone they run at full speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import multiprocessing
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+#: How often a waiting request checks that its client is still there.
+DISCONNECT_POLL_S = 0.05
+#: Batch work past its share that may run before a batch waits (a few cold items).
+BATCH_BURST_S = 0.002
+#: How long after another request was seen batches still count as sharing the loop.
+CONTENDED_FOR_S = 0.05
+
+
+class Refused(Exception):
+    """The scheduler refuses a request: 429 (the client's share is used) or 503 (the server's is)."""
+
+    def __init__(self, status: int, msg: str, retry_after: int = 1) -> None:
+        super().__init__(msg)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class Disconnected(Exception):
+    """The client went away while its request waited: nothing to answer."""
+
+
+def _worker_init() -> None:
+    """A pool worker's initializer: below the serving process (so /tiling wins a contended core), and
+    gone with it. A pool worker blocks on its job queue, whose write end it holds itself, so it never
+    sees the service die: a watch thread ends it when its parent changes (a killed service)."""
+    os.nice(19)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+@dataclass
+class _Job:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    done: asyncio.Future[Any]
+    cancelled: bool = False
+
+
+@dataclass
+class Scheduler:
+    workers: int = 1
+    per_client: int = 4  # the explorer's one view: its four pictures at once
+    max_queued: int = 32
+    batch_share: float = 0.2
+    on_job: Callable[[str], None] | None = None  # told each job's outcome: done, cancelled, failed
+    _pool: concurrent.futures.ProcessPoolExecutor | None = field(default=None, init=False, repr=False)
+    _queues: OrderedDict[str, deque[_Job]] = field(default_factory=OrderedDict, init=False, repr=False)
+    _in_flight: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _running: int = field(default=0, init=False)
+    _cheap_in_flight: int = field(default=0, init=False)
+    _batch_debt_s: float = field(default=0.0, init=False)
+    _batch_debt_at: float = field(default_factory=time.monotonic, init=False)
+    _cheap_seen_at: float = field(default=-1e9, init=False)
+
+    # the pool ------------------------------------------------------------------------------------
+    def pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        if self._pool is None:  # spawn: no fork of a process that runs threads and an event loop
+            ctx = multiprocessing.get_context("spawn")
+            self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, ctx, initializer=_worker_init)
+        return self._pool
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    @property
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    # admission -----------------------------------------------------------------------------------
+    def admit(self, client: str) -> None:
+        """Count one more expensive request of ``client`` in flight, or refuse it (Refused)."""
+        if self._in_flight.get(client, 0) >= self.per_client:
+            raise Refused(429, f"this client has {self.per_client} explanation, picture or batch requests in "
+                          "flight already; send the next when one is answered")  # fmt: skip
+        self._in_flight[client] = self._in_flight.get(client, 0) + 1
+
+    def release(self, client: str) -> None:
+        left = self._in_flight.get(client, 1) - 1
+        if left:
+            self._in_flight[client] = left
+        else:
+            self._in_flight.pop(client, None)
+
+    # pictures and explanations -------------------------------------------------------------------
+    async def run(self, client: str, is_disconnected: Callable[[], Awaitable[bool]], fn: Callable[..., Any],
+                  *args: Any) -> Any:  # fmt: skip
+        """``fn(*args)`` in a worker process, in its turn among the clients waiting; the client must
+        have been admitted. Disconnected where the client leaves while the job waits."""
+        if self.queued >= self.max_queued:
+            raise Refused(503, f"{self.max_queued} explanations and pictures are waiting already; retry shortly")
+        job = _Job(fn, args, asyncio.get_running_loop().create_future())
+        self._queues.setdefault(client, deque()).append(job)
+        self._dispatch()
+        while True:
+            done, _ = await asyncio.wait({job.done}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return job.done.result()
+            if await is_disconnected():
+                job.cancelled = True  # dropped from its queue when its turn comes; a running job finishes
+                raise Disconnected
+
+    def _dispatch(self) -> None:
+        while self._running < self.workers and self._queues:
+            client, queue = next(iter(self._queues.items()))
+            job = queue.popleft()
+            if queue:
+                self._queues.move_to_end(client)  # round robin: the next waiting client goes first
+            else:
+                del self._queues[client]
+            if job.cancelled:
+                self._count("cancelled")
+                continue
+            self._running += 1
+            wrapped = asyncio.wrap_future(self.pool().submit(job.fn, *job.args))
+            wrapped.add_done_callback(functools.partial(self._finished, job))
+
+    def _count(self, outcome: str) -> None:
+        if self.on_job is not None:
+            self.on_job(outcome)
+
+    def _finished(self, job: _Job, f: asyncio.Future[Any]) -> None:
+        self._running -= 1
+        self._count("failed" if f.cancelled() or f.exception() is not None else "done")
+        if not job.done.done():
+            if f.cancelled():
+                job.done.cancel()
+            elif f.exception() is not None:
+                job.done.set_exception(f.exception())  # type: ignore[arg-type]
+            else:
+                job.done.set_result(f.result())
+        self._dispatch()
+
+    # batches -------------------------------------------------------------------------------------
+    def cheap_started(self) -> None:
+        self._cheap_in_flight += 1
+        self._cheap_seen_at = time.monotonic()
+
+    def cheap_finished(self) -> None:
+        self._cheap_in_flight -= 1
+        self._cheap_seen_at = time.monotonic()
+
+    def _contended(self, now: float) -> bool:
+        """Other requests are in flight, or were a moment ago (a client between two requests)."""
+        return self._cheap_in_flight > 0 or now - self._cheap_seen_at < CONTENDED_FOR_S
+
+    async def charge_batch(self, seconds: float) -> None:
+        """Charge ``seconds`` of a batch's work on the loop; wait while batches are over their share
+        and other requests are in flight (work-conserving: alone, a batch never waits)."""
+        now = time.monotonic()
+        if not self._contended(now):  # nobody else to share with: no debt, only a yield between items
+            self._batch_debt_s, self._batch_debt_at = 0.0, now
+            await asyncio.sleep(0)
+            return
+        # the loop time the others are owed: batch time beyond the share, repaid while batches wait
+        repaid = (now - self._batch_debt_at) * self.batch_share / (1 - self.batch_share)
+        self._batch_debt_s = max(0.0, self._batch_debt_s - repaid) + seconds
+        self._batch_debt_at = now
+        if self._batch_debt_s > BATCH_BURST_S:
+            await asyncio.sleep(self._batch_debt_s * (1 - self.batch_share) / self.batch_share)
+        else:
+            await asyncio.sleep(0)
+
+
+def client_of(request: Any) -> str:
+    """The client's address: what its share is counted by."""
+    return _address(request.scope)
+
+
+def _address(scope: dict[str, Any]) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+EXPENSIVE_PATHS = ("/tiling/batch", "/tiling/explain")
+EXPENSIVE_PREFIX = "/tiling/plot/"
+
+
+class Admission:
+    """Pure ASGI middleware: an expensive request (batch, explanation, picture) is admitted by the
+    scheduler before its body is parsed (a refusal costs no validation), and released when answered;
+    every other request is counted as in flight (what a batch's share yields to)."""
+
+    def __init__(self, app: Any, scheduler: Scheduler) -> None:
+        self.app = app
+        self.scheduler = scheduler
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        s = self.scheduler
+        if path in EXPENSIVE_PATHS or path.startswith(EXPENSIVE_PREFIX):
+            client = _address(scope)
+            try:
+                s.admit(client)
+            except Refused as e:
+                # the refusal comes after its Retry-After: a client that retries at once (ignoring it)
+                # makes one request a second per connection, not thousands of cheap refusals
+                await asyncio.sleep(e.retry_after)
+                await refuse(send, e)
+                return
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                s.release(client)
+            return
+        s.cheap_started()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            s.cheap_finished()
+
+
+def refusal_body(e: Refused) -> bytes:
+    """The service's JSON error for a refusal (its Retry-After goes in a header)."""
+    return orjson.dumps({"detail": [{"loc": [], "msg": str(e), "type": f"http_{e.status}"}]})
+
+
+async def refuse(send: Any, e: Refused) -> None:
+    """A refusal sent from ASGI middleware, before any route: its JSON error with Retry-After."""
+    body = refusal_body(e)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+               (b"retry-after", b"%d" % e.retry_after)]  # fmt: skip
+    await send({"type": "http.response.start", "status": e.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

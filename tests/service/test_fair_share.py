@@ -1,0 +1,137 @@
+"""The scheduler in the running service, over real HTTP: a client past its share of expensive requests
+gets a 429 with Retry-After while another client is served, pictures of clients that left are not
+drawn, the serving process never loads matplotlib, idle connections make way for active ones, and
+past the in-progress cap a request is refused at once."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from service_helpers import GOOD, Server, _wait_for, entry, make_table
+
+from tiling_model.tables import write_table
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("tables")
+    write_table(make_table([entry("float16", "mean", 1 << 20, GOOD)]), d / "Ascend910B2.json")
+    return d
+
+
+@pytest.fixture(scope="module")
+def server(tables: Path) -> Iterator[Server]:
+    srv = Server(tables, "--reload-interval", "0", "--per-client", "2")
+    yield srv
+    srv.stop()
+
+
+def metric(server: Server, name: str) -> float:
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def picture(i: int) -> dict:
+    return {"shape": [4096 + i, 333], "dtype": "float32"}  # distinct: nothing cached
+
+
+async def _pictures(url: str, count: int, local: str = "127.0.0.1") -> list[httpx.Response]:
+    transport = httpx.AsyncHTTPTransport(local_address=local)
+    async with httpx.AsyncClient(transport=transport, timeout=60) as c:
+        return await asyncio.gather(
+            *(c.post(url + "/tiling/plot/landscape", json=picture(i + 1000 * (local == "127.0.0.2")))
+              for i in range(count))
+        )  # fmt: skip
+
+
+def test_a_client_past_its_share_gets_a_429_while_another_client_is_served(server: Server) -> None:
+    async def both() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        greedy = asyncio.create_task(_pictures(server.url, 6))
+        await asyncio.sleep(0.05)
+        other = await _pictures(server.url, 1, local="127.0.0.2")
+        return await greedy, other
+
+    greedy, other = asyncio.run(both())
+    codes = sorted(r.status_code for r in greedy)
+    assert codes.count(200) >= 2 and codes.count(429) >= 1 and set(codes) <= {200, 429}, codes
+    refused = next(r for r in greedy if r.status_code == 429)
+    assert refused.headers["retry-after"] == "1" and "in flight already" in refused.json()["detail"][0]["msg"]
+    assert other[0].status_code == 200 and other[0].headers["content-type"] == "image/svg+xml"
+
+
+def test_the_serving_process_never_loads_matplotlib(server: Server) -> None:
+    assert asyncio.run(_pictures(server.url, 1))[0].status_code == 200
+    maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
+    assert "matplotlib" not in maps and "ft2font" not in maps
+
+
+def test_pictures_of_clients_that_left_are_not_drawn(tables: Path) -> None:
+    srv = Server(tables, "--reload-interval", "0", "--per-client", "50", "--heavy-workers", "1")
+    try:
+        _wait_for(lambda: metric(srv, 'bcetune_scheduler_jobs_total{outcome="done"}') >= 0)
+        for i in range(12):  # sent and given up on at once, as a client that navigates away
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            body = b'{"shape":[%d,777],"dtype":"float16"}' % (50_000 + i)
+            s.sendall(b"POST /tiling/plot/landscape HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+            s.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done = metric(srv, 'bcetune_scheduler_jobs_total{outcome="done"}')
+            cancelled = metric(srv, 'bcetune_scheduler_jobs_total{outcome="cancelled"}')
+            if done + cancelled >= 12:
+                break
+            time.sleep(0.2)
+        assert cancelled >= 6 and done + cancelled >= 12, (done, cancelled)  # at most a few were under way
+    finally:
+        srv.stop()
+
+
+def test_idle_connections_make_way_for_a_request_at_the_connection_cap(tables: Path) -> None:
+    srv = Server(tables, "--reload-interval", "0", "--max-connections", "30")
+    held = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(40)]
+    try:
+        time.sleep(1.2)  # idle a second at least: a keep-alive client between two requests is not closed
+        for _ in range(20):  # every request served, each by closing an idle connection
+            r = httpx.post(srv.url + "/tiling", json={"shape": [4096], "dtype": "float32"})
+            assert r.status_code == 200, r.text
+        closed = 0
+        for h in held:
+            h.settimeout(0.01)
+            try:
+                closed += h.recv(1) == b""
+            except TimeoutError:
+                pass
+        # as many as it took to get under the cap (40 held + the request's own, cap 30), no more
+        assert 11 <= closed <= 13, closed
+    finally:
+        for h in held:
+            h.close()
+        srv.stop()
+
+
+def test_past_the_in_progress_cap_a_request_is_refused_at_once_with_retry_after(tables: Path) -> None:
+    srv = Server(tables, "--reload-interval", "0", "--max-active", "4", "--per-client", "64")
+
+    async def flood() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as c:
+            bodies = [{"requests": [{"shape": [10_000 + 256 * i + k], "dtype": "float32"} for k in range(256)]}
+                      for i in range(24)]  # fmt: skip
+            return await asyncio.gather(*(c.post(srv.url + "/tiling/batch", json=b) for b in bodies))
+
+    try:
+        got = asyncio.run(flood())
+    finally:
+        srv.stop()
+    codes = [r.status_code for r in got]
+    assert set(codes) <= {200, 503} and codes.count(503) >= 1 and codes.count(200) >= 4, codes
+    shed = next(r for r in got if r.status_code == 503)
+    assert shed.headers["retry-after"] == "1" and "requests in progress" in shed.json()["detail"][0]["msg"]

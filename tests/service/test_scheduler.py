@@ -1,0 +1,106 @@
+"""The scheduler (service.scheduler) on its own, with a real process pool: admission per client, the
+queue's shedding, round robin between clients, jobs of clients that left never run, and the batches'
+share of the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from service.scheduler import Disconnected, Refused, Scheduler
+
+
+def napping(tag: str, seconds: float) -> tuple[str, int]:
+    """A job: sleeps, then says which it was and in which process it ran."""
+    time.sleep(seconds)
+    return tag, os.getpid()
+
+
+async def present() -> bool:
+    return False
+
+
+def test_a_client_past_its_share_gets_a_429_and_its_share_comes_back_when_answered() -> None:
+    s = Scheduler(per_client=2)
+    s.admit("10.0.0.1")
+    s.admit("10.0.0.1")
+    with pytest.raises(Refused) as e:
+        s.admit("10.0.0.1")
+    assert e.value.status == 429 and e.value.retry_after >= 1 and "2 explanation" in str(e.value)
+    s.admit("10.0.0.2")  # another client's share is its own
+    s.release("10.0.0.1")
+    s.admit("10.0.0.1")
+
+
+def test_jobs_run_in_worker_processes_round_robin_by_client_and_a_full_queue_sheds() -> None:
+    outcomes: list[str] = []
+    s = Scheduler(workers=1, max_queued=4, on_job=outcomes.append)
+
+    async def go() -> tuple[list[str], set[int]]:
+        order: list[str] = []
+
+        async def one(client: str, tag: str, seconds: float = 0.05) -> None:
+            got, pid = await s.run(client, present, napping, tag, seconds)
+            order.append(got)
+            pids.add(pid)
+
+        pids: set[int] = set()
+        first = asyncio.create_task(one("a", "a0", 1.0))  # holds the one worker while the others queue
+        await asyncio.sleep(0.3)
+        queued = [asyncio.create_task(one("a", f"a{i}")) for i in (1, 2, 3)] + [asyncio.create_task(one("b", "b1"))]
+        await asyncio.sleep(0)
+        with pytest.raises(Refused) as e:  # four waiting: the fifth is shed at once
+            await s.run("c", present, napping, "c1", 0.0)
+        assert e.value.status == 503
+        await asyncio.gather(first, *queued)
+        return order, pids
+
+    try:
+        order, pids = asyncio.run(go())
+    finally:
+        s.shutdown()
+    assert order == ["a0", "a1", "b1", "a2", "a3"]  # b waits behind one of a's, not all three
+    assert os.getpid() not in pids and len(pids) == 1
+    assert outcomes == ["done"] * 5
+
+
+def test_a_job_whose_client_left_while_it_waited_never_runs() -> None:
+    outcomes: list[str] = []
+    s = Scheduler(workers=1, on_job=outcomes.append)
+
+    async def gone() -> bool:
+        return True
+
+    async def go() -> None:
+        blocker = asyncio.create_task(s.run("a", present, napping, "a0", 0.5))
+        await asyncio.sleep(0.1)
+        with pytest.raises(Disconnected):
+            await s.run("b", gone, napping, "b1", 0.0)
+        await blocker
+
+    try:
+        asyncio.run(go())
+    finally:
+        s.shutdown()
+    assert outcomes == ["done", "cancelled"]
+
+
+def test_batches_wait_for_their_share_only_while_others_are_in_flight() -> None:
+    s = Scheduler(batch_share=0.2)
+
+    async def spend(items: int, each: float) -> float:
+        start = time.monotonic()
+        for _ in range(items):
+            await s.charge_batch(each)
+        return time.monotonic() - start
+
+    alone = asyncio.run(spend(50, 0.002))  # 0.1 s of batch work with nobody else waiting: no waiting
+    s.cheap_started()
+    shared = asyncio.run(spend(50, 0.002))
+    s.cheap_finished()
+    assert alone < 0.05
+    # 0.1 s of work at a fifth of the loop: the rest of 0.5 s waited out (less the 2 ms allowed at once)
+    assert 0.3 < shared < 0.8, shared

@@ -1,0 +1,186 @@
+"""The engine (the C++ model the build compiles, bound as tiling_model._engine) is its specification,
+the vectorised NumPy simulator: the same prediction to the bit for one tiling of either scheme in every
+L2 state, the same columns for a whole space, the same bounds, the same re-fit pick, and the model's
+best over the whole space is the specification's best valid tiling."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from strategies import SOCS, kernel, period, sizes, variants
+
+import tiling_model.simulate as sim
+from tiling_model import SocProfile, TilingParams, Variant, _engine, compute_tiling, engine, load_soc
+from tiling_model.correction import KnobCorrection
+from tiling_model.cost import kinds_of, predict_detail
+from tiling_model.search import model_best
+from tiling_model.simulate import SteadyL2
+from tiling_model.space import BLOCK_CHOICES, ScoredSpace, enumerate_space, score_space, tile_choices
+from tiling_model.tiling import TilingError
+from tiling_model.validate import validate
+
+L2_STATES = [False, True, SteadyL2(64 * 2**20, 2.0, 192 * 2**20), "steady"]
+
+
+def corrected(soc_name: str, seed: int | None) -> SocProfile:
+    """The SoC's profile, with a knob correction drawn from ``seed`` (None: as shipped, none)."""
+    soc = load_soc(soc_name)
+    if seed is None:
+        return soc
+    rng = np.random.default_rng(seed)
+    f = lambda m: tuple(float(x) for x in np.exp(rng.normal(0, 0.05, m)))  # noqa: E731
+    return replace(soc, knob_correction=KnobCorrection(f(16), f(5), f(4), f(65)))
+
+
+def spec_space(v: Variant, n: int, soc: str | SocProfile, blocks: tuple[int, ...] | None = None,
+               buffers: tuple[int, ...] | None = None, l2: sim.L2State = sim.DEFAULT_L2) -> ScoredSpace:  # fmt: skip
+    """The whole space scored by the specification alone (no engine): simulate, then the knob factors."""
+    soc, k = (load_soc(soc) if isinstance(soc, str) else soc), kernel(v, n)
+    block, bn, tile, cores = enumerate_space(k, soc, n, blocks, buffers)
+    kinds = sim.kinds_exact(n, k.elem_bytes, block, bn, tile, cores)
+    r = sim.simulate(k, kinds, soc, np.full(block.shape, n), l2)
+    r = replace(r, predicted_us=r.predicted_us * sim.knob_factors(k, soc, block, bn, tile, kinds.block_dim))
+    return ScoredSpace(block, bn, tile, cores, r)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    variants,
+    st.integers(0, 10**11),
+    st.sampled_from(SOCS),
+    st.sampled_from([32, 512, 4096]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([512, 1024, 4096, 8192]),
+    st.integers(1, 48),
+    st.sampled_from(L2_STATES),
+)
+def test_one_prediction_is_the_specification_to_the_bit(
+    v: Variant, n: int, soc_name: str, block: int, bn: int, tile: int, cores: int, l2: sim.L2State
+) -> None:
+    soc = load_soc(soc_name)
+    try:
+        t = compute_tiling([n], v, TilingParams(block, bn, tile, cores), soc, "exact", period(v, n) or None)
+    except TilingError:
+        assume(False)
+        raise
+    fast = predict_detail(t, soc, l2)
+    r = sim.simulate(t.kernel, kinds_of(t), soc, np.array([t.n]), l2)
+    assert fast.predicted_us == r.predicted_us[0] and fast.roofline_us == r.roofline_us[0]
+    assert fast.core_us == r.core_us[0] and fast.bandwidth_us == r.bandwidth_us[0]
+    assert list(fast.busy_us.values()) == list(r.busy_us[0])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["float16", "float32"]),
+    st.sampled_from(["none", "sum", "mean"]),
+    st.integers(0, 10**9),
+    st.sampled_from(SOCS),
+    st.sampled_from([32, 512, 2048]),
+    st.integers(1, 48),
+    st.sampled_from(L2_STATES),
+)
+def test_the_seed_scheme_with_its_scalar_queue_is_the_specification_to_the_bit(
+    dtype: str, reduction: str, n: int, soc_name: str, block: int, cores: int, l2: sim.L2State
+) -> None:
+    soc = load_soc(soc_name)
+    t = compute_tiling([n], Variant(dtype, reduction), TilingParams(block, None, None, cores), soc, "seed")
+    fast = predict_detail(t, soc, l2)
+    r = sim.simulate(t.kernel, kinds_of(t), soc, np.array([t.n]), l2)
+    assert (fast.predicted_us, fast.bandwidth_us, fast.roofline_us) == (
+        r.predicted_us[0], r.bandwidth_us[0], r.roofline_us[0]
+    )  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(variants, sizes, st.sampled_from(SOCS), st.sampled_from(L2_STATES), st.none() | st.integers(0, 1000))
+def test_a_whole_space_and_its_bounds_are_the_specifications_to_the_bit(
+    v: Variant, n: int, soc_name: str, l2: sim.L2State, correction: int | None
+) -> None:
+    soc, k = corrected(soc_name, correction), kernel(v, n)
+    want = spec_space(v, n, soc, l2=l2)
+    got = score_space(k, soc, n, l2)
+    for field in ("predicted_us", "core_us", "bandwidth_us", "busy_us", "bytes_moved", "roofline_us"):
+        assert np.array_equal(getattr(got.result, field), getattr(want.result, field)), field
+    kinds = sim.kinds_exact(n, k.elem_bytes, want.block_bytes, want.buffer_num, want.tile_bytes, want.core_num)
+    lower, certain = sim.bounds_us(k, kinds, soc, np.full(want.block_bytes.shape, n), l2)
+    lower = lower * sim.knob_factors(k, soc, want.block_bytes, want.buffer_num, want.tile_bytes, kinds.block_dim)
+    e_lower, e_certain = engine.bound(k, soc, n, want.block_bytes, want.buffer_num, want.tile_bytes, want.core_num, l2)
+    assert np.array_equal(e_lower, lower) and np.array_equal(e_certain, certain)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    variants, sizes, st.sampled_from(SOCS), st.lists(st.sampled_from(BLOCK_CHOICES), min_size=1, unique=True), st.data()
+)
+def test_the_refit_picks_what_the_specification_picks(
+    v: Variant, n: int, soc_name: str, blocks: list[int], data: st.DataObject
+) -> None:
+    soc, k = corrected(soc_name, data.draw(st.none() | st.integers(0, 1000))), kernel(v, n)
+    bn = data.draw(st.sampled_from(k.allowed_buffer_nums()))
+    assume(tile_choices(k, soc, bn).size > 0)
+    full = spec_space(v, n, soc, tuple(blocks), (bn,))
+    want = full.params(full.best_index())
+    seed = data.draw(
+        st.none() | st.tuples(st.sampled_from(blocks), st.sampled_from([512, 4096, 8192]), st.integers(1, 48))
+    )
+    got = engine.refit(k, soc, n, tuple(blocks), bn, int(tile_choices(k, soc, bn)[-1]), seed)
+    assert (got.block_bytes, got.tile_bytes, got.core_num) == (want.block_bytes, want.tile_bytes, want.core_num)
+    assert got.us == full.result.predicted_us.min()
+
+
+@settings(max_examples=25, deadline=None)
+@given(variants, sizes, st.sampled_from(SOCS))
+def test_the_models_best_is_the_whole_spaces_best_valid(v: Variant, n: int, soc_name: str) -> None:
+    soc = load_soc(soc_name)
+    full = spec_space(v, n, soc_name)
+    for i in [full.best_index(), *full.ranked(16)]:
+        want = compute_tiling([n], v, full.params(i), soc, "exact", period(v, n) or None)
+        if not validate(want, soc):
+            break
+    assert model_best(n, v, soc, 1, period(v, n)).params == want.params
+
+
+def test_the_engines_constants_are_the_specifications() -> None:
+    from tiling_model.space import TIE_DECIMALS, TILE_STEP_BYTES
+
+    assert (_engine.WARMUP, _engine.PERIOD, _engine.REPEAT_BYTES) == (sim.WARMUP, sim.PERIOD, sim.REPEAT_BYTES)
+    assert (_engine.GM_ALIGN_BYTES, _engine.TILE_STEP_BYTES) == (sim.GM_ALIGN_BYTES, TILE_STEP_BYTES)
+    assert (_engine.BOUND_SLACK, _engine.PRUNE_MARGIN_US, _engine.PRUNE_RELATIVE) == (
+        sim.BOUND_SLACK, sim.PRUNE_MARGIN_US, sim.PRUNE_RELATIVE
+    )  # fmt: skip
+    assert _engine.TIE_SCALE == 10.0**TIE_DECIMALS and _engine.DUP_CYCLES == sim.DUP_CYCLES
+
+
+def test_the_stub_names_exactly_what_the_module_has() -> None:
+    """tiling_model/_engine.pyi is what mypy checks callers against: it must not drift from the binding."""
+    tree = ast.parse((Path(engine.__file__).parent / "_engine.pyi").read_text())
+    stubbed = {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}
+    stubbed |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    public = {name for name in dir(_engine) if not name.startswith("_")}
+    assert stubbed == public
+
+
+@pytest.mark.parametrize("bad", ["cold", 0.5, None])
+def test_an_unknown_l2_state_is_refused_by_name(bad: object) -> None:
+    with pytest.raises(ValueError, match="unknown L2 state"):
+        engine.l2_state(bad)  # type: ignore[arg-type]
+
+
+def test_bad_engine_arguments_are_clear_errors() -> None:
+    soc, k = load_soc("Ascend910B2"), kernel(Variant("float32", "none"), 1000)
+    with pytest.raises(ValueError, match="same length"):
+        engine.score(k, soc, 1000, np.array([512]), np.array([2, 2]), np.array([512]), np.array([1]), "steady")
+    with pytest.raises(ValueError, match="too many block sizes"):
+        engine.refit(k, soc, 1000, tuple(range(32, 32 * 40, 32)), 2, 8192)
+    with pytest.raises(ValueError, match="two points"):
+        _engine.Soc(name="x", aiv_cores=1, launch_us=1, core_start_us=0, vector_start_cycles=0, vector_mhz=1,
+                    misaligned_factor=1, hbm_gbps=1, l2_gbps=1, hbm_peak_gbps=1, l2_peak_gbps=1, l2_half_bytes=1,
+                    l2_falloff=1, l2_bytes=1, mte2_curve_kib_us=[(1.0, 1.0)],
+                    mte3_curve_kib_us=[(1.0, 1.0), (2.0, 2.0)])  # fmt: skip

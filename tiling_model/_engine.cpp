@@ -1,0 +1,335 @@
+// Python binding of the cost model's engine (kernel/op_host/bce_grad_cost_model.h): the same header the
+// CANN build compiles, so what the service, the tuner and the explorer compute is what the build computes.
+//
+// The header's structs point at their arrays (the build keeps them in generated constexpr tables); here a
+// Soc and a Kernel own theirs and hand the header a model that points into them. Everything is named:
+// Python builds a Soc or a Kernel by keyword (tiling_model/engine.py fills them from a SocProfile and an
+// ElementwiseKernel), never from positional arrays.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "bce_grad_cost_model.h"
+
+namespace nb = nanobind;
+namespace cost = bce_grad::cost;
+
+namespace {
+
+using Points = std::vector<std::pair<double, double>>;  // (KiB, us) as the SoC profiles list them
+
+/** A DMA curve that owns its points: bytes and us, with simulate.curve's slope and fixed cost. */
+struct OwnedCurve {
+    std::vector<double> bytes, us;
+    double slope = 0.0, fixed = 0.0;
+
+    explicit OwnedCurve(const Points& points) {
+        if (points.size() < 2) throw std::invalid_argument("a DMA curve needs at least two points");
+        for (const auto& [kib, t] : points) {
+            bytes.push_back(kib * 1024.0);
+            us.push_back(t);
+        }
+        const size_t last = bytes.size() - 1;
+        slope = (us[last] - us[last - 1]) / (bytes[last] - bytes[last - 1]);
+        fixed = std::max(us[0] - bytes[0] * (us[1] - us[0]) / (bytes[1] - bytes[0]), 0.0);
+    }
+    cost::Curve View() const { return cost::Curve{bytes.data(), us.data(), static_cast<int>(us.size()), slope, fixed}; }
+};
+
+/** A SoC as the engine reads it, owning its curves and its knob correction. */
+struct Soc {
+    std::string name;
+    OwnedCurve mte2, mte3;
+    std::vector<double> blockFactor, bufferFactor, alignFactor, coreFactor;  // empty: no correction
+    cost::SocModel model{};
+
+    Soc(std::string name_, int64_t aivCores, double launchUs, double coreStartUs, double vectorStartCycles,
+        double vectorMhz, double misalignedFactor, double hbmGbps, double l2Gbps, double hbmPeakGbps,
+        double l2PeakGbps, double l2HalfBytes, double l2Falloff, double l2Bytes, const Points& mte2Points,
+        const Points& mte3Points, std::vector<double> blockFactors, std::vector<double> bufferFactors,
+        std::vector<double> alignFactors, std::vector<double> coreFactors)
+        : name(std::move(name_)), mte2(mte2Points), mte3(mte3Points), blockFactor(std::move(blockFactors)),
+          bufferFactor(std::move(bufferFactors)), alignFactor(std::move(alignFactors)),
+          coreFactor(std::move(coreFactors)) {
+        if (aivCores < 1 || aivCores > cost::kMaxCores) throw std::invalid_argument("aiv_cores must be 1..64");
+        const bool none = blockFactor.empty() && bufferFactor.empty() && alignFactor.empty() && coreFactor.empty();
+        if (!none && (blockFactor.size() != cost::kBlockClasses || bufferFactor.size() != cost::kBufferClasses ||
+                      alignFactor.size() != cost::kAlignClasses || coreFactor.size() != cost::kCoreClasses)) {
+            throw std::invalid_argument("a knob correction needs 16 block, 5 buffer, 4 alignment and 65 core factors");
+        }
+        for (const auto* v : {&blockFactor, &bufferFactor, &alignFactor, &coreFactor}) {
+            for (double f : *v) {
+                if (!(f > 0.0) || !std::isfinite(f)) throw std::invalid_argument("knob factors must be positive");
+            }
+        }
+        model = cost::SocModel{nullptr, aivCores, 0, 0, launchUs, coreStartUs, vectorStartCycles, vectorMhz,
+                               misalignedFactor, hbmGbps, l2Gbps, hbmPeakGbps, l2PeakGbps, l2HalfBytes, l2Falloff,
+                               l2Bytes, mte2.View(), mte3.View()};
+        model.name = name.c_str();
+        if (!none) {
+            model.blockFactor = blockFactor.data();
+            model.bufferFactor = bufferFactor.data();
+            model.alignFactor = alignFactor.data();
+            model.coreFactor = coreFactor.data();
+        }
+    }
+    Soc(const Soc&) = delete;
+    Soc& operator=(const Soc&) = delete;
+};
+
+/** An elementwise kernel as the engine reads it, owning its vector instructions. */
+struct Kernel {
+    std::vector<cost::VectorOp> ops;
+    cost::KernelModel model{};
+
+    Kernel(int64_t elemBytes, int64_t fullInputs, int64_t outputs, int64_t scalarInputs, int64_t rowBytes,
+           const std::vector<std::pair<double, double>>& opList, int64_t workspaceInputs, int64_t rowInputs,
+           int64_t rowLen, int64_t rowExpandBytes, int64_t scalarQueueBytes, bool corrected) {
+        if (elemBytes < 1) throw std::invalid_argument("elem_bytes must be positive");
+        if (rowInputs > 0 && rowLen < 1) throw std::invalid_argument("a rows operand needs row_len >= 1");
+        for (const auto& [operandBytes, cycles] : opList) ops.push_back(cost::VectorOp{operandBytes, cycles});
+        model = cost::KernelModel{elemBytes, fullInputs, outputs, scalarInputs, rowBytes, ops.data(),
+                                  static_cast<int>(ops.size()), workspaceInputs, rowInputs, rowLen, rowExpandBytes,
+                                  scalarQueueBytes, corrected};
+    }
+    Kernel(const Kernel&) = delete;
+    Kernel& operator=(const Kernel&) = delete;
+};
+
+using Triple = std::tuple<int64_t, int64_t, int64_t>;
+using Flags = std::tuple<bool, bool, bool>;
+using Column = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Out1 = nb::ndarray<nb::numpy, double, nb::ndim<1>>;
+using Out2 = nb::ndarray<nb::numpy, double, nb::ndim<2>>;
+using OutB = nb::ndarray<nb::numpy, bool, nb::ndim<1>>;
+
+cost::Kinds MakeKinds(const Triple& counts, const Triple& elems, const Triple& tiles, const Triple& tail,
+                      const Flags& aligned, int64_t cores) {
+    cost::Kinds k{};
+    std::tie(k.counts[0], k.counts[1], k.counts[2]) = counts;
+    std::tie(k.elems[0], k.elems[1], k.elems[2]) = elems;
+    std::tie(k.tiles[0], k.tiles[1], k.tiles[2]) = tiles;
+    std::tie(k.tail[0], k.tail[1], k.tail[2]) = tail;
+    std::tie(k.aligned[0], k.aligned[1], k.aligned[2]) = aligned;
+    k.cores = cores;
+    return k;
+}
+
+template <typename T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> Vector1(size_t m) {
+    T* data = new T[m]();
+    nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+    return nb::ndarray<nb::numpy, T, nb::ndim<1>>(data, {m}, owner);
+}
+
+Out2 Matrix3(size_t m) {
+    double* data = new double[m * 3]();
+    nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<double*>(p); });
+    return Out2(data, {m, 3}, owner);
+}
+
+/** Each configuration of parallel knob columns at n elements through Evaluate (exact: simulated; else
+ *  bounded only), with the GIL released: fn(row, prediction). */
+template <typename Fn>
+void EachConfig(int64_t n, const Column& block, const Column& bn, const Column& tile, const Column& cores,
+                const Kernel& k, const Soc& s, double hit, bool exact, Fn&& fn) {
+    const size_t m = block.shape(0);
+    if (bn.shape(0) != m || tile.shape(0) != m || cores.shape(0) != m) {
+        throw std::invalid_argument("block, buffer_num, tile and cores must have the same length");
+    }
+    nb::gil_scoped_release unlocked;
+    for (size_t i = 0; i < m; ++i) {
+        fn(i, cost::PredictConfig(n, block(i), bn(i), tile(i), cores(i), k.model, s.model, hit, exact));
+    }
+}
+
+/** Every configuration of a space at n elements, simulated: simulate.BatchResult's columns. */
+nb::tuple Score(int64_t n, const Column& block, const Column& bn, const Column& tile, const Column& cores,
+                const Kernel& k, const Soc& s, double hit) {
+    const size_t m = block.shape(0);
+    Out1 us = Vector1<double>(m), core = Vector1<double>(m), bandwidth = Vector1<double>(m);
+    Out1 bytes = Vector1<double>(m), roofline = Vector1<double>(m);
+    Out2 busy = Matrix3(m);
+    EachConfig(n, block, bn, tile, cores, k, s, hit, true, [&](size_t i, const cost::Prediction& p) {
+        us.data()[i] = p.us;
+        core.data()[i] = p.coreUs;
+        bandwidth.data()[i] = p.bandwidthUs;
+        std::copy(p.busy, p.busy + 3, busy.data() + 3 * i);
+        bytes.data()[i] = p.bytesMoved;
+        roofline.data()[i] = p.rooflineUs;
+    });
+    return nb::make_tuple(us, core, bandwidth, busy, bytes, roofline);
+}
+
+/** Every configuration's lower bound and whether it is the prediction (simulate.bounds_us), no schedule. */
+nb::tuple Bound(int64_t n, const Column& block, const Column& bn, const Column& tile, const Column& cores,
+                const Kernel& k, const Soc& s, double hit) {
+    const size_t m = block.shape(0);
+    Out1 lower = Vector1<double>(m);
+    OutB certain = Vector1<bool>(m);
+    EachConfig(n, block, bn, tile, cores, k, s, hit, false, [&](size_t i, const cost::Prediction& p) {
+        lower.data()[i] = p.lower;
+        certain.data()[i] = p.certain;
+    });
+    return nb::make_tuple(lower, certain);
+}
+
+}  // namespace
+
+NB_MODULE(_engine, m) {
+    m.doc() = "The cost model's engine (kernel/op_host/bce_grad_cost_model.h), bound for Python.";
+    m.attr("WARMUP") = cost::kWarmup;
+    m.attr("PERIOD") = cost::kPeriod;
+    m.attr("REPEAT_BYTES") = cost::kRepeatBytes;
+    m.attr("GM_ALIGN_BYTES") = cost::kGmAlignBytes;
+    m.attr("TILE_STEP_BYTES") = cost::kTileStepBytes;
+    m.attr("BOUND_SLACK") = cost::kBoundSlack;
+    m.attr("PRUNE_MARGIN_US") = cost::kPruneMarginUs;
+    m.attr("PRUNE_RELATIVE") = cost::kPruneRelative;
+    m.attr("TIE_SCALE") = cost::kTieScale;
+    m.attr("DUP_CYCLES") = cost::kDupCycles;
+    m.attr("MAX_CORES") = cost::kMaxCores;
+    m.attr("MAX_BLOCKS") = cost::kMaxBlocks;
+    m.attr("MAX_TILES") = cost::kMaxTiles;
+    m.attr("BLOCK_CLASSES") = cost::kBlockClasses;
+    m.attr("BUFFER_CLASSES") = cost::kBufferClasses;
+    m.attr("ALIGN_CLASSES") = cost::kAlignClasses;
+    m.attr("CORE_CLASSES") = cost::kCoreClasses;
+
+    nb::class_<Soc>(m, "Soc", "A SoC profile's model numbers (the engine's SocModel), owning its DMA curves.")
+        .def(nb::init<std::string, int64_t, double, double, double, double, double, double, double, double, double,
+                      double, double, double, const Points&, const Points&, std::vector<double>, std::vector<double>,
+                      std::vector<double>, std::vector<double>>(),
+             nb::kw_only(), nb::arg("name"), nb::arg("aiv_cores"), nb::arg("launch_us"), nb::arg("core_start_us"),
+             nb::arg("vector_start_cycles"), nb::arg("vector_mhz"), nb::arg("misaligned_factor"), nb::arg("hbm_gbps"),
+             nb::arg("l2_gbps"), nb::arg("hbm_peak_gbps"), nb::arg("l2_peak_gbps"), nb::arg("l2_half_bytes"),
+             nb::arg("l2_falloff"), nb::arg("l2_bytes"), nb::arg("mte2_curve_kib_us"), nb::arg("mte3_curve_kib_us"),
+             nb::arg("block_factors") = std::vector<double>{}, nb::arg("buffer_factors") = std::vector<double>{},
+             nb::arg("align_factors") = std::vector<double>{}, nb::arg("core_factors") = std::vector<double>{})
+        .def_ro("name", &Soc::name)
+        .def_prop_ro("aiv_cores", [](const Soc& s) { return s.model.aivCores; })
+        .def_prop_ro("mte2_tail", [](const Soc& s) { return std::make_pair(s.mte2.slope, s.mte2.fixed); },
+                     "(slope in us per byte past the last point, fixed cost at 0 bytes)")
+        .def_prop_ro("mte3_tail", [](const Soc& s) { return std::make_pair(s.mte3.slope, s.mte3.fixed); });
+
+    nb::class_<Kernel>(m, "Kernel", "An elementwise kernel's streams and instructions (the engine's KernelModel).")
+        .def(nb::init<int64_t, int64_t, int64_t, int64_t, int64_t, const std::vector<std::pair<double, double>>&,
+                      int64_t, int64_t, int64_t, int64_t, int64_t, bool>(),
+             nb::kw_only(), nb::arg("elem_bytes"), nb::arg("full_inputs"), nb::arg("outputs"),
+             nb::arg("scalar_inputs"), nb::arg("row_bytes"), nb::arg("ops"), nb::arg("workspace_inputs"),
+             nb::arg("row_inputs"), nb::arg("row_len"), nb::arg("row_expand_bytes"), nb::arg("scalar_queue_bytes"),
+             nb::arg("corrected") = false)
+        .def_prop_ro("elem_bytes", [](const Kernel& k) { return k.model.elemBytes; });
+
+    nb::class_<cost::Kinds>(m, "Kinds", "The three kinds of core of a tiling (big, small, last).")
+        .def("__init__",
+             [](cost::Kinds* self, const Triple& counts, const Triple& elems, const Triple& tiles, const Triple& tail,
+                const Flags& aligned, int64_t cores) { new (self) cost::Kinds(MakeKinds(counts, elems, tiles, tail, aligned, cores)); },
+             nb::kw_only(), nb::arg("counts"), nb::arg("elems"), nb::arg("tiles"), nb::arg("tail"), nb::arg("aligned"),
+             nb::arg("cores"))
+        .def_prop_ro("counts", [](const cost::Kinds& k) { return Triple(k.counts[0], k.counts[1], k.counts[2]); })
+        .def_prop_ro("elems", [](const cost::Kinds& k) { return Triple(k.elems[0], k.elems[1], k.elems[2]); })
+        .def_prop_ro("tiles", [](const cost::Kinds& k) { return Triple(k.tiles[0], k.tiles[1], k.tiles[2]); })
+        .def_prop_ro("tail", [](const cost::Kinds& k) { return Triple(k.tail[0], k.tail[1], k.tail[2]); })
+        .def_prop_ro("aligned", [](const cost::Kinds& k) { return Flags(k.aligned[0], k.aligned[1], k.aligned[2]); })
+        .def_ro("cores", &cost::Kinds::cores);
+
+    nb::class_<cost::L2State> l2(m, "L2State", "The L2 state a prediction assumes (simulate.L2State).");
+    nb::enum_<cost::L2State::Kind>(l2, "Kind")
+        .value("STEADY", cost::L2State::Steady)
+        .value("COLD", cost::L2State::Cold)
+        .value("WARM", cost::L2State::Warm)
+        .value("CURVE", cost::L2State::Curve);
+    l2.def("__init__",
+           [](cost::L2State* self, cost::L2State::Kind kind, double halfBytes, double falloff, double l2Bytes) {
+               new (self) cost::L2State{kind, halfBytes, falloff, l2Bytes};
+           },
+           nb::arg("kind"), nb::kw_only(), nb::arg("half_bytes") = 0.0, nb::arg("falloff") = 0.0,
+           nb::arg("l2_bytes") = 0.0)
+        .def_ro("kind", &cost::L2State::kind);
+
+    nb::class_<cost::Prediction>(m, "Prediction", "One tiling's prediction and where its time goes.")
+        .def_ro("us", &cost::Prediction::us)
+        .def_ro("lower", &cost::Prediction::lower)
+        .def_ro("certain", &cost::Prediction::certain)
+        .def_ro("core_us", &cost::Prediction::coreUs)
+        .def_ro("bandwidth_us", &cost::Prediction::bandwidthUs)
+        .def_prop_ro("busy_us", [](const cost::Prediction& p) { return std::make_tuple(p.busy[0], p.busy[1], p.busy[2]); })
+        .def_ro("bytes_moved", &cost::Prediction::bytesMoved)
+        .def_ro("roofline_us", &cost::Prediction::rooflineUs);
+
+    nb::class_<cost::RefitChoice>(m, "RefitChoice", "A re-fit's pick: block_bytes -1 when no tile fits.")
+        .def_ro("block_bytes", &cost::RefitChoice::blockBytes)
+        .def_ro("tile_bytes", &cost::RefitChoice::tileBytes)
+        .def_ro("core_num", &cost::RefitChoice::coreNum)
+        .def_ro("us", &cost::RefitChoice::us);
+
+    m.def("l2_hit", [](const Kernel& k, const Soc& s, int64_t n, const cost::L2State& st) { return cost::L2Hit(k.model, s.model, n, st); },
+          nb::arg("kernel"), nb::arg("soc"), nb::arg("n"), nb::arg("l2"),
+          "The share of a launch's traffic over n elements that hits L2 (simulate.l2_hit).");
+    m.def("evaluate",
+          [](const cost::Kinds& kd, int64_t tileElems, int64_t bn, const Kernel& k, const Soc& s, double hit, bool exact) {
+              if (tileElems < 1 || bn < 1) throw std::invalid_argument("tile_elems and buffer_num must be >= 1");
+              return cost::Evaluate(kd, tileElems, bn, k.model, s.model, exact, -1.0, hit);
+          },
+          nb::arg("kinds"), nb::arg("tile_elems"), nb::arg("buffer_num"), nb::arg("kernel"), nb::arg("soc"),
+          nb::arg("hit"), nb::arg("exact") = true, "One tiling's prediction from its core kinds (simulate.simulate's row).");
+    m.def("score", &Score, nb::arg("n"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
+          nb::arg("core_num"), nb::arg("kernel"), nb::arg("soc"), nb::arg("hit"),
+          "Every configuration simulated: (predicted, core, bandwidth, busy (m, 3), bytes moved, roofline) arrays.");
+    m.def("bound", &Bound, nb::arg("n"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
+          nb::arg("core_num"), nb::arg("kernel"), nb::arg("soc"), nb::arg("hit"),
+          "Every configuration's lower bound and whether it is the prediction (no schedule).");
+    m.def("refit",
+          [](int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64_t tileTop, int64_t maxCores,
+             const Kernel& k, const Soc& s, int64_t seedBlock, int64_t seedTile, int64_t seedCores) {
+              if (blocks.size() > static_cast<size_t>(cost::kMaxBlocks)) throw std::invalid_argument("too many block sizes");
+              if (bn < 1) throw std::invalid_argument("buffer_num must be >= 1");
+              if (k.model.scalarQueueBytes > 0) throw std::invalid_argument("the re-fit is for exact-scheme kernels");
+              std::vector<int64_t> order(blocks);
+              std::sort(order.begin(), order.end(), [](int64_t a, int64_t b) { return a > b; });
+              order.erase(std::unique(order.begin(), order.end()), order.end());
+              nb::gil_scoped_release unlocked;
+              return cost::Refit(n, order.data(), static_cast<int>(order.size()), bn, tileTop, maxCores, k.model,
+                                 s.model, seedBlock, seedTile, seedCores);
+          },
+          nb::arg("n"), nb::arg("blocks"), nb::arg("buffer_num"), nb::arg("tile_top"), nb::arg("max_cores"),
+          nb::arg("kernel"), nb::arg("soc"), nb::kw_only(), nb::arg("seed_block") = 0, nb::arg("seed_tile") = 0,
+          nb::arg("seed_cores") = 0,
+          "The fastest (block, tile, cores) of one BUFFER_NUM at n elements, cold L2, with the knob correction.");
+    m.def("pipelines",
+          [](const cost::Kinds& kd, int64_t tileElems, int64_t bn, const Kernel& k, const Soc& s, double hit) {
+              if (tileElems < 1 || bn < 1) throw std::invalid_argument("tile_elems and buffer_num must be >= 1");
+              using StageT = std::tuple<double, double, double>;
+              std::vector<std::tuple<StageT, StageT, double>> kinds;
+              double rowUs = 0.0;
+              for (int i = 0; i < 3; ++i) {
+                  const cost::KindPipeline p = cost::PipelineOf(kd, i, tileElems, bn, k.model, s.model, hit, &rowUs);
+                  kinds.emplace_back(StageT(p.full.in, p.full.vec, p.full.out), StageT(p.tail.in, p.tail.vec, p.tail.out),
+                                     p.endUs);
+              }
+              return std::make_pair(kinds, rowUs);
+          },
+          nb::arg("kinds"), nb::arg("tile_elems"), nb::arg("buffer_num"), nb::arg("kernel"), nb::arg("soc"), nb::arg("hit"),
+          "Per core kind (big, small, last): (full tile's stages, last tile's stages, pipeline end), and the row copy's us.");
+    m.def("knob_factor",
+          [](const Soc& s, const Kernel& k, int64_t block, int64_t bn, int64_t tile, int64_t cores) {
+              return cost::KnobFactor(s.model, k.model, block, bn, tile, cores);
+          },
+          nb::arg("soc"), nb::arg("kernel"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
+          nb::arg("cores"),
+          "The SoC's knob correction of one configuration (1 without one, or for another kernel).");
+    m.def("tie_key", &cost::TieKey, nb::arg("us"), "A prediction rounded as ties are broken (np.round(us, 9)).");
+}

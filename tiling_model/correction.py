@@ -1,0 +1,147 @@
+"""A device's knob correction: what its measurements of bcetune's kernel say that the hardware parameters
+cannot express, as a factor on the prediction per knob class.
+
+A device may stream some block sizes, pipeline depths, tile alignments or core counts better or worse
+than the simulator's DMA curves and bandwidths say (bank and burst effects, queue overheads, how the
+vector cores pair on their AI cores). Such effects are shared by every size and variant timed on that
+device, so a sweep learns them from all its keys at once: log(measured / predicted) is fitted as a sum of
+one term per block size class, per BUFFER_NUM, per tile alignment class and per count of cores that run,
+by ridge regression (every term is pulled towards 0, a factor of 1, until the data says otherwise). The
+engine multiplies a configuration's prediction of bcetune's kernel by ``factor(block, buffer_num, tile,
+cores)``; other kernels (the calibration's operators) are not corrected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+BLOCK_CLASSES = 16  # block size classes: the power of two at or below the block, 1 B .. 32 KiB
+BUFFER_CLASSES = 5  # BUFFER_NUM 0 .. 4
+ALIGN_CLASSES = 4  # a tile's largest divisor among 512 B, 1 KiB, 2 KiB, 4 KiB (0: below 512 B)
+CORE_CLASSES = 65  # cores that run, 0 .. 64
+GM_ALIGN_BYTES = 512
+#: The ridge penalty on each log factor, in units of the residuals' variance: with ~0.03 of noise in
+#: log time, a class needs a handful of consistent measurements before its factor moves by the effect
+#: (3: chosen on the stand-in device of bench-search, where 8 learnt too slowly and 1 overfitted).
+RIDGE = 3.0
+#: A factor stays within this of 1 (what a knob class could plausibly do on its own).
+MAX_LOG_FACTOR = math.log(1.5)
+
+
+def block_class(block_bytes: int) -> int:
+    """The power of two at or below the block, as its exponent (bce_grad_cost_model.h BlockClass)."""
+    return min(max(int(block_bytes), 1).bit_length() - 1, BLOCK_CLASSES - 1)
+
+
+def align_class(tile_bytes: int) -> int:
+    """The tile's largest divisor among 512 B, 1, 2 and 4 KiB, as 0..3 (AlignClass)."""
+    c = 0
+    while c + 1 < ALIGN_CLASSES and tile_bytes % (GM_ALIGN_BYTES << (c + 1)) == 0:
+        c += 1
+    return c
+
+
+def buffer_class(buffer_num: int) -> int:
+    return min(max(int(buffer_num), 0), BUFFER_CLASSES - 1)
+
+
+def core_class(cores: int) -> int:
+    return min(max(int(cores), 0), CORE_CLASSES - 1)
+
+
+@dataclass(frozen=True)
+class KnobCorrection:
+    """Factors on a prediction: by block size class, by BUFFER_NUM, by tile alignment class, by cores."""
+
+    block: tuple[float, ...] = (1.0,) * BLOCK_CLASSES
+    buffer: tuple[float, ...] = (1.0,) * BUFFER_CLASSES
+    align: tuple[float, ...] = (1.0,) * ALIGN_CLASSES
+    cores: tuple[float, ...] = (1.0,) * CORE_CLASSES
+
+    def __post_init__(self) -> None:
+        for name, values, size in (
+            ("block", self.block, BLOCK_CLASSES),
+            ("buffer", self.buffer, BUFFER_CLASSES),
+            ("align", self.align, ALIGN_CLASSES),
+            ("cores", self.cores, CORE_CLASSES),
+        ):
+            if len(values) != size or not all(math.isfinite(f) and f > 0 for f in values):
+                raise ValueError(f"knob correction {name!r} needs {size} positive factors, got {list(values)}")
+
+    @property
+    def identity(self) -> bool:
+        return all(f == 1.0 for f in (*self.block, *self.buffer, *self.align))
+
+    def factor(self, block_bytes: int, buffer_num: int, tile_bytes: int) -> float:
+        """The correction of one configuration, multiplied as the engine multiplies it."""
+        return (
+            self.block[block_class(block_bytes)]
+            * self.buffer[buffer_class(buffer_num)]
+            * self.align[align_class(tile_bytes)]
+        )
+
+    def to_json(self) -> dict[str, list[float]]:
+        return {"block": list(self.block), "buffer": list(self.buffer), "align": list(self.align)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> KnobCorrection:
+        if not isinstance(doc, dict) or set(doc) != {"block", "buffer", "align"}:
+            raise ValueError("knob_correction must be an object with block, buffer and align factor lists")
+        return cls(tuple(map(float, doc["block"])), tuple(map(float, doc["buffer"])), tuple(map(float, doc["align"])))
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """The factors that are not 1, by what they apply to (block bytes, buffers, alignment bytes)."""
+        out: dict[str, dict[str, float]] = {"block_bytes": {}, "buffer_num": {}, "tile_alignment": {}, "cores": {}}
+        for c, f in enumerate(self.block):
+            if f != 1.0:
+                out["block_bytes"][str(1 << c)] = round(f, 4)
+        for c, f in enumerate(self.buffer):
+            if f != 1.0:
+                out["buffer_num"][str(c)] = round(f, 4)
+        for c, f in enumerate(self.align):
+            if f != 1.0:
+                out["tile_alignment"][str(GM_ALIGN_BYTES << c)] = round(f, 4)
+        for c, f in enumerate(self.cores):
+            if f != 1.0:
+                out["cores"][str(c)] = round(f, 4)
+        return out
+
+
+IDENTITY = KnobCorrection()
+
+
+def fit_correction(
+    configs: Sequence[tuple[int, int, int, int]], log_residuals: Sequence[float], ridge: float = RIDGE
+) -> KnobCorrection:
+    """The correction that best explains ``log(measured / predicted)`` of measured configurations
+    (block, buffer_num, tile, cores that run), ridge-regularised towards 1 and clipped to
+    ``MAX_LOG_FACTOR``. The penalty is ``ridge`` times the residuals' robust variance (MAD), so it means
+    the same whatever the noise. Residuals far out (beyond 5 MADs, e.g. a disturbed measurement) are left
+    out."""
+    r = np.asarray(log_residuals, dtype=float)
+    if r.size == 0:
+        return IDENTITY
+    med = float(np.median(r))
+    mad = 1.4826 * float(np.median(np.abs(r - med)))
+    keep = np.abs(r - med) <= 5 * mad if mad > 0 else np.ones(r.size, dtype=bool)
+    offsets = (0, BLOCK_CLASSES, BLOCK_CLASSES + BUFFER_CLASSES, BLOCK_CLASSES + BUFFER_CLASSES + ALIGN_CLASSES)
+    cols = offsets[-1] + CORE_CLASSES
+    rows = [c for c, k in zip(configs, keep, strict=True) if k]
+    x = np.zeros((len(rows), cols))
+    for i, (block, bn, tile, cores) in enumerate(rows):
+        for off, cls in zip(
+            offsets, (block_class(block), buffer_class(bn), align_class(tile), core_class(cores)), strict=True
+        ):
+            x[i, off + cls] = 1.0
+    y = r[keep]
+    variance = max(mad * mad, 1e-6)
+    a = x.T @ x + ridge * variance * np.eye(cols)
+    beta = np.clip(np.linalg.solve(a, x.T @ y), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
+    factors = [math.exp(float(b)) if x[:, i].any() else 1.0 for i, b in enumerate(beta)]
+    cut = [*offsets, cols]
+    return KnobCorrection(*(tuple(factors[cut[j] : cut[j + 1]]) for j in range(4)))

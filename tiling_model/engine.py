@@ -1,0 +1,232 @@
+"""The cost model's engine, from Python: the C++ model the CANN build compiles
+(``kernel/op_host/bce_grad_cost_model.h``), bound with nanobind as ``tiling_model._engine``.
+
+Every single prediction, every re-fit and every whole-space scoring goes through here, so the service,
+the tuner's seeding, the explorer and ``predict`` compute what the build computes, with the same code.
+``simulate.py`` is the readable, vectorised specification the engine is tested against to the bit
+(tests/tiling_model/test_engine.py). This module only translates: SoC profiles and kernel descriptions
+into the engine's named structs (cached per object), L2 states into the engine's, arrays in and out.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from tiling_model import _engine
+from tiling_model.kernels import ElementwiseKernel
+from tiling_model.simulate import BatchResult, L2State, SteadyL2
+from tiling_model.soc import SocProfile
+
+Kinds = _engine.Kinds
+tie_key = _engine.tie_key
+
+_CACHE_LIMIT = 4096
+_lock = threading.Lock()
+# By identity, with the object kept alive beside its model: profiles and kernels are frozen values
+# handed out by cached constructors, and hashing one field by field costs more than a prediction.
+_socs: dict[int, tuple[SocProfile, _engine.Soc]] = {}
+_kernels: dict[int, tuple[ElementwiseKernel, _engine.Kernel]] = {}
+
+
+def soc_model(soc: SocProfile) -> _engine.Soc:
+    """The engine's model of a SoC profile (cached per profile object)."""
+    hit = _socs.get(id(soc))
+    if hit is not None and hit[0] is soc:
+        return hit[1]
+    model = _engine.Soc(
+        name=soc.name,
+        aiv_cores=soc.aiv_cores,
+        launch_us=soc.launch_us,
+        core_start_us=soc.core_start_us,
+        vector_start_cycles=soc.vector_start_cycles,
+        vector_mhz=soc.vector_mhz,
+        misaligned_factor=soc.misaligned_bw_factor,
+        hbm_gbps=soc.hbm_gbps,
+        l2_gbps=soc.l2_gbps,
+        hbm_peak_gbps=soc.hbm_peak_gbps,
+        l2_peak_gbps=soc.l2_peak_gbps,
+        l2_half_bytes=soc.l2_half_bytes,
+        l2_falloff=soc.l2_falloff,
+        l2_bytes=float(soc.l2_bytes),
+        mte2_curve_kib_us=[(float(k), float(u)) for k, u in soc.mte2_curve_kib_us],
+        mte3_curve_kib_us=[(float(k), float(u)) for k, u in soc.mte3_curve_kib_us],
+        **_correction_args(soc),
+    )
+    with _lock:
+        if len(_socs) >= _CACHE_LIMIT:
+            _socs.clear()
+        _socs[id(soc)] = (soc, model)
+    return model
+
+
+def _correction_args(soc: SocProfile) -> dict[str, list[float]]:
+    c = soc.knob_correction
+    if c.identity:
+        return {}
+    return {"block_factors": list(c.block), "buffer_factors": list(c.buffer), "align_factors": list(c.align),
+            "core_factors": list(c.cores)}  # fmt: skip
+
+
+def kernel_model(kernel: ElementwiseKernel) -> _engine.Kernel:
+    """The engine's model of a kernel description (cached per kernel object)."""
+    hit = _kernels.get(id(kernel))
+    if hit is not None and hit[0] is kernel:
+        return hit[1]
+    model = _engine.Kernel(
+        elem_bytes=kernel.elem_bytes,
+        full_inputs=len(kernel.full_inputs),
+        outputs=len(kernel.outputs),
+        scalar_inputs=len(kernel.scalar_inputs),
+        row_bytes=kernel.row_bytes,
+        ops=[(float(op.operand_bytes), float(op.cycles_per_repeat)) for op in kernel.ops],
+        workspace_inputs=kernel.workspace_inputs,
+        row_inputs=kernel.row_inputs,
+        row_len=kernel.row_len,
+        row_expand_bytes=kernel.row_expand_bytes,
+        scalar_queue_bytes=kernel.scalar_queue_bytes,
+        corrected=kernel.knob_corrected,
+    )
+    with _lock:
+        if len(_kernels) >= _CACHE_LIMIT:
+            _kernels.clear()
+        _kernels[id(kernel)] = (kernel, model)
+    return model
+
+
+_STEADY = _engine.L2State(_engine.L2State.Kind.STEADY)
+_COLD = _engine.L2State(_engine.L2State.Kind.COLD)
+_WARM = _engine.L2State(_engine.L2State.Kind.WARM)
+
+
+def l2_state(warm_l2: L2State) -> _engine.L2State:
+    """A prediction's L2 state (simulate.L2State) as the engine's."""
+    if isinstance(warm_l2, SteadyL2):
+        return _engine.L2State(
+            _engine.L2State.Kind.CURVE,
+            half_bytes=warm_l2.half_bytes,
+            falloff=warm_l2.falloff,
+            l2_bytes=float(warm_l2.l2_bytes),
+        )
+    if warm_l2 == "steady":
+        return _STEADY
+    if isinstance(warm_l2, bool):
+        return _WARM if warm_l2 else _COLD
+    raise ValueError(f"unknown L2 state {warm_l2!r}: 'steady', True (warm), False (cold) or a SteadyL2 curve")
+
+
+def _models(
+    kernel: ElementwiseKernel, soc: SocProfile, n: int, warm_l2: L2State
+) -> tuple[_engine.Kernel, _engine.Soc, float]:
+    """The kernel's and the SoC's models, and the L2 hit share of a launch over ``n`` elements."""
+    k, s = kernel_model(kernel), soc_model(soc)
+    return k, s, _engine.l2_hit(k, s, int(n), l2_state(warm_l2))
+
+
+def evaluate(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    kinds: _engine.Kinds,
+    tile_elems: int,
+    buffer_num: int,
+    n: int,
+    warm_l2: L2State,
+) -> _engine.Prediction:
+    """One tiling's prediction from its core kinds (any scheme): simulate.simulate's row."""
+    k, s, hit = _models(kernel, soc, n, warm_l2)
+    return _engine.evaluate(kinds, tile_elems, buffer_num, k, s, hit)
+
+
+def pipelines(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    kinds: _engine.Kinds,
+    tile_elems: int,
+    buffer_num: int,
+    n: int,
+    warm_l2: L2State,
+) -> tuple[list[tuple[tuple[float, float, float], tuple[float, float, float], float]], float]:
+    """Per core kind (big, small, last): the full and the last tile's (CopyIn, Compute, CopyOut) and the
+    end of its last CopyOut from the core's start; and the row copy every core makes first."""
+    k, s, hit = _models(kernel, soc, n, warm_l2)
+    return _engine.pipelines(kinds, tile_elems, buffer_num, k, s, hit)
+
+
+def knob_factor(
+    kernel: ElementwiseKernel, soc: SocProfile, block: int, buffer_num: int, tile: int, cores: int
+) -> float:
+    """The SoC's knob correction of one configuration of ``kernel`` (``cores``: that run; 1: none, or not
+    bcetune's kernel)."""
+    if soc.knob_correction.identity or not kernel.knob_corrected:
+        return 1.0
+    k, s = kernel_model(kernel), soc_model(soc)
+    return _engine.knob_factor(s, k, int(block), int(buffer_num), int(tile), int(cores))
+
+
+def _column(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+def score(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    block: np.ndarray,
+    bn: np.ndarray,
+    tile: np.ndarray,
+    cores: np.ndarray,
+    warm_l2: L2State,
+) -> BatchResult:
+    """Exact-scheme configurations (parallel arrays of knobs) at ``n`` elements, each simulated."""
+    k, s, hit = _models(kernel, soc, n, warm_l2)
+    us, core, bandwidth, busy, moved, roofline = _engine.score(
+        int(n), _column(block), _column(bn), _column(tile), _column(cores), k, s, hit
+    )
+    return BatchResult(us, core, bandwidth, busy, moved, roofline)
+
+
+def bound(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    block: np.ndarray,
+    bn: np.ndarray,
+    tile: np.ndarray,
+    cores: np.ndarray,
+    warm_l2: L2State,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each configuration's lower bound on its prediction, and where that bound is the prediction to the
+    bit (simulate.bounds_us): what a pruned scoring simulates first."""
+    k, s, hit = _models(kernel, soc, n, warm_l2)
+    lower, certain = _engine.bound(int(n), _column(block), _column(bn), _column(tile), _column(cores), k, s, hit)
+    return lower, certain
+
+
+def refit(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    blocks: tuple[int, ...],
+    buffer_num: int,
+    tile_top: int,
+    seed: tuple[int, int, int] | None = None,
+) -> _engine.RefitChoice:
+    """The model's fastest (block, tile, cores) with one of ``blocks`` and this buffer count at ``n``
+    elements, tiles 512 B, 1 KiB, ... up to ``tile_top`` bytes: what
+    ``space.score_space(..., blocks_only=blocks, buffers_only=(buffer_num,)).best_index()`` picks.
+    ``seed`` (block, tile, cores) only speeds the search up; block_bytes -1 when no tile fits. Predictions
+    in the default (cold) L2 state, with the SoC's knob correction."""
+    seed_block, seed_tile, seed_cores = seed if seed is not None else (0, 0, 0)
+    return _engine.refit(
+        int(n),
+        list(blocks),
+        buffer_num,
+        tile_top,
+        soc.aiv_cores,
+        kernel_model(kernel),
+        soc_model(soc),
+        seed_block=seed_block,
+        seed_tile=seed_tile,
+        seed_cores=seed_cores,
+    )

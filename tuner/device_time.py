@@ -1,0 +1,100 @@
+"""Device time: what a sweep will spend on the device before it starts, and what it spent.
+
+A sample costs the kernel's own time, the L2 flush before it where one decides anything (a 256 MiB
+write, ``tuner.protocol.needs_flush``), and the host's launch and event synchronisation around it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from tiling_model import SocProfile, TilingData, compute_tiling, load_soc
+from tiling_model.space import score_space
+from tuner.backends import Backend
+from tuner.key import StudyKey
+from tuner.protocol import MeasurementProtocol, needs_flush
+from tuner.race import RacePlan
+from tuner.search_space import SearchSpace
+
+FLUSH_BYTES = 256 * 2**20  # what NpuBackend writes to evict L2 (kernel.npu.L2_FLUSH_BYTES)
+HOST_US = 40.0  # a launch and its event synchronisation on the host, per sample (torch_npu, measured order)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    keys: int
+    samples: int
+    seconds: float
+
+    def text(self) -> str:
+        return f"about {self.samples} samples, {self.seconds:.0f} s of device time for {self.keys} keys"
+
+
+def flush_us(soc: SocProfile) -> float:
+    return FLUSH_BYTES / (soc.hbm_gbps * 1e3)
+
+
+def estimate(
+    keys: list[StudyKey], trials: int, protocol: MeasurementProtocol, plan: RacePlan | None = None
+) -> Estimate:
+    """Samples and seconds a race sweep of ``keys`` takes at most: every trial's first measurement and
+    warm-up, and a race of its contenders to their cap, each sample at the model's best time of its key
+    plus the flush (where one is needed) and the host's overhead."""
+    plan = plan or RacePlan()
+    total_samples, total_us = 0, 0.0
+    for key in keys:
+        soc = load_soc(key.soc)
+        space = SearchSpace(soc, key.variant)
+        scored = score_space(space.kernel, soc, key.size, top=1)
+        i = scored.best_index()
+        kernel_us = float(scored.result.predicted_us[i])
+        t = compute_tiling([key.size], key.variant, scored.params(i), soc)
+        per = kernel_us + HOST_US + (flush_us(soc) if needs_flush(t, soc) else 0.0)
+        samples = trials * (plan.first_samples + protocol.warmup) + plan.contenders * (
+            plan.max_samples - plan.first_samples
+        )
+        total_samples += samples
+        total_us += samples * per
+    return Estimate(len(keys), total_samples, total_us / 1e6)
+
+
+class DeviceClock:
+    """A backend that counts what it costs: samples, flushes, kernel time, wall time (passes through)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.inner = backend
+        self.name = backend.name
+        self.deterministic = backend.deterministic
+        self.runs_kernel = backend.runs_kernel
+        self.samples = 0
+        self.flushes = 0
+        self.kernel_us = 0.0
+        self.wall_s = 0.0
+
+    def sample(self, tiling: TilingData) -> float:
+        start = time.perf_counter()
+        try:
+            us = self.inner.sample(tiling)
+        finally:
+            self.wall_s += time.perf_counter() - start
+        self.samples += 1
+        self.kernel_us += us
+        return us
+
+    def flush_l2(self) -> None:
+        start = time.perf_counter()
+        try:
+            self.inner.flush_l2()
+        finally:
+            self.wall_s += time.perf_counter() - start
+        self.flushes += 1
+
+    def device_seconds(self, soc: SocProfile) -> float:
+        """The device time the samples took as a device would spend it (kernel + flushes + host overhead)."""
+        return (self.kernel_us + self.flushes * flush_us(soc) + self.samples * HOST_US) / 1e6
+
+    def text(self, soc: SocProfile) -> str:
+        kernel = f"{self.kernel_us / 1e6:.2f} s in the kernel"
+        device = f"{self.device_seconds(soc):.1f} s of device time"
+        return f"{self.samples} samples ({self.flushes} after a flush), {kernel}, {device}, {self.wall_s:.1f} s wall"

@@ -1,0 +1,161 @@
+"""A sweep learns its device: every measurement it has taken refits the model the next keys are seeded by.
+
+The measurements are read from the study storage, not from one worker's memory or file: every worker of
+a sweep (several NPUs of a host, several hosts on one PostgreSQL) writes its trials there, so each one
+learns from all of them. The fit is ``tiling_model.calibrate.fit_device``: the SoC profile's hardware
+parameters (robust, bounded by physics), then the knob correction on what they leave.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+from tiling_model import BadRequest, SocProfile, TilingParams, Variant, compute_tiling
+from tiling_model.calibrate import DeviceFit, Measured, fit_device
+from tiling_model.tiling import KNOB_NAMES
+from tuner.key import StudyKey
+
+#: The relative error of the shipped model between configurations of one key, before the device has
+#: been measured (log sd; the leave-one-operator-out error across operators is ~15%, within one key's
+#: configurations the ranking errs less).
+PRIOR_SIGMA = 0.04
+#: A fitted model's within-key error is never taken below this (the noise of a short measurement).
+MIN_SIGMA = 0.01
+#: Measurements and keys before the first fit; cases kept per fit (the most recent, evenly over keys).
+MIN_CASES = 24
+MIN_KEYS = 2
+MAX_CASES = 900
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """What the sweep believes about its device now."""
+
+    profile: SocProfile  # the shipped profile until a fit, then the device's
+    sigma: float  # log sd of the model's error between configurations of one key
+    fit: DeviceFit | None = None
+
+    @property
+    def fitted(self) -> bool:
+        return self.fit is not None
+
+
+def key_attrs(key: StudyKey) -> dict[str, Any]:
+    """What a study stores about its key, so any worker can rebuild its measurements."""
+    v = key.variant
+    return {"soc": key.soc, "size": key.size, "dtype": v.dtype, "reduction": v.reduction, "weight": v.weight,
+            "pos_weight": v.pos_weight, "wrt": v.wrt}  # fmt: skip
+
+
+def _key_of(attrs: dict[str, Any]) -> StudyKey:
+    v = Variant(attrs["dtype"], attrs["reduction"], attrs["weight"], attrs["pos_weight"], attrs["wrt"])
+    return StudyKey(attrs["soc"], v, int(attrs["size"]))
+
+
+def measurements(storage: optuna.storages.BaseStorage, soc: SocProfile, backend: str) -> list[Measured]:
+    """Every measured trial of bcetune's kernel on ``soc`` and ``backend`` in the storage (duplicates of an
+    already measured configuration and failed trials left out), as calibration cases."""
+    out: list[Measured] = []
+    for frozen in storage.get_all_studies():
+        attrs = frozen.user_attrs.get("key")
+        if not attrs or attrs.get("soc") != soc.name or not frozen.study_name.endswith(f"/{backend}"):
+            continue
+        key = _key_of(attrs)
+        raced = frozen.user_attrs.get("race", {})  # every sample a race took, by configuration
+        for t in storage.get_all_trials(frozen._study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
+            a = t.user_attrs
+            if "duplicate_of" in a or t.value is None or not all(k in a for k in KNOB_NAMES):
+                continue
+            samples = raced.get("/".join(str(a[k]) for k in KNOB_NAMES))
+            try:
+                tiling = compute_tiling([key.size], key.variant, TilingParams(*(a[k] for k in KNOB_NAMES)), soc)
+            except BadRequest:
+                continue
+            us = float(np.median(samples)) if samples else float(a.get("median_us", t.value))
+            out.append(Measured("bce_grad", f"{frozen.study_name}#{t.number}", (tiling,), us, True, False,
+                                frozen.study_name))  # fmt: skip
+    return out
+
+
+def _recent(cases: list[Measured], cap: int) -> list[Measured]:
+    """At most ``cap`` cases, spread evenly over the keys (each key's first ones kept)."""
+    if len(cases) <= cap:
+        return cases
+    by_key: dict[str, list[Measured]] = {}
+    for m in cases:
+        by_key.setdefault(m.key, []).append(m)
+    per = max(cap // len(by_key), 1)
+    return [m for group in by_key.values() for m in group[:per]][:cap]
+
+
+def within_key_sigma(fit: DeviceFit) -> float:
+    """The fitted model's relative error between configurations of one key: the robust sd of each key's
+    log residuals around that key's own median (held out by key where the fit has folds)."""
+    errs = fit.held_out if fit.held_out is not None else fit.after
+    logs = np.log1p(np.asarray(errs, dtype=float))
+    keys = np.array([m.key for m in fit.cases])
+    centred = np.concatenate([logs[keys == k] - np.median(logs[keys == k]) for k in np.unique(keys)])
+    mad = 1.4826 * float(np.median(np.abs(centred))) if centred.size else PRIOR_SIGMA
+    return max(mad, MIN_SIGMA)
+
+
+class Learner:
+    """Refits the device model from the storage after every ``every`` studies."""
+
+    def __init__(self, soc: SocProfile, storage: optuna.storages.BaseStorage, backend: str, every: int = 1) -> None:
+        self.soc, self.storage, self.backend, self.every = soc, storage, backend, max(1, every)
+        self._model = DeviceModel(soc, PRIOR_SIGMA)
+        self._studies = 0
+        self.fits = 0
+
+    def model(self) -> DeviceModel:
+        return self._model
+
+    def study_done(self) -> None:
+        self._studies += 1
+        if self._studies % self.every == 0:
+            self.refit()
+
+    def refit(self, folds: int = 0) -> DeviceModel:
+        """Fit the device to every measurement in the storage (``folds`` > 0: also held out by key, for
+        the table's intervals); too few measurements keep the model as it is."""
+        cases = measurements(self.storage, self.soc, self.backend)
+        if len(cases) < MIN_CASES or len({m.key for m in cases}) < MIN_KEYS:
+            return self._model
+        fit = fit_device(_recent(cases, MAX_CASES), self.soc, folds=folds)
+        self._model = DeviceModel(fit.profile, within_key_sigma(fit), fit)
+        self.fits += 1
+        return self._model
+
+
+def device_profile_document(model: DeviceModel) -> dict[str, Any] | None:
+    """The table's ``device``: the fitted profile as a document (its calibration: the device fit) and the
+    fit's summary; None before any fit."""
+    from tiling_model.soc import profile_to_json
+
+    if model.fit is None:
+        return None
+    summary = model.fit.summary() | {"within_key_sigma": round(model.sigma, 4)}
+    doc = profile_to_json(replace(model.profile, calibration=None))
+    how = (
+        f"fitted on this sweep's {summary['cases']} measurements of bcetune's kernel over {summary['keys']} keys "
+        "(tiling_model.calibrate.fit_device)"
+    )
+    for name in summary["fitted"]:
+        field = {"mte2_scale": "mte2_curve_kib_us", "mte3_scale": "mte3_curve_kib_us"}.get(name, name)
+        doc["sources"][field] = how
+    if "knob_correction" in doc:
+        doc["sources"]["knob_correction"] = how + ": the device's knob effects (tiling_model.correction)"
+    doc["calibration"] = {"measured_on": model.profile.name, "device": True, **summary}
+    return {"profile": doc, "fit": summary}
+
+
+def band_for(sigma: float, z: float = 2.0) -> float:
+    """How far above the model's best a configuration may be predicted and still be the device's best."""
+    return math.exp(z * sigma)

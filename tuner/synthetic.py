@@ -1,0 +1,168 @@
+"""A stand-in device: what a sweep's learning is exercised and judged against where no NPU is.
+
+One device, as a real one would differ from its SoC profile:
+- **its own hardware**, shared by every key: HBM and L2 bandwidth, the DMA curves, vector start-up,
+  launch and core start-up costs, each off the profile by a log-normal factor drawn once;
+- **effects structured by knob**, shared by every size and variant: a factor per block size, per
+  BUFFER_NUM, per tile size and per tile alignment, per core count (bank and burst effects, queue
+  overheads, core placement: what the simulator does not model);
+- **per-configuration effects** the structure does not explain (a factor per configuration of a key);
+- **noise** on every sample (log-normal) with **outliers** (a share of samples 1.5 to 3 times slow).
+
+``truth_us`` is the noise-free time; ``optimum`` the best of a key's whole search space under it
+(exhaustively scored), so a search's true regret can be measured. The truth is this project's own; the
+issue's acceptance figures are also judged against one written independently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from tiling_model import SocProfile, TilingData, TilingParams, Variant, compute_tiling, load_soc, predict
+from tiling_model.kernels import bce_grad_kernel
+from tiling_model.space import score_space
+
+#: Log sd of the device's hardware parameters against its profile.
+HARDWARE_SD = {"hbm": 0.08, "l2": 0.15, "mte2": 0.08, "mte3": 0.08, "vector_start": 0.3, "launch": 0.08, "core": 0.3}
+#: Log sd of the knob-structured effects (shared by every key) and of the per-configuration ones.
+EFFECT_SD = {"block": 0.02, "buffer": 0.025, "tile": 0.008, "align": 0.015, "cores": 0.008, "config": 0.008}
+
+
+def _hashed_normal(salt: int, *cols: np.ndarray) -> np.ndarray:
+    """A standard normal per row, fixed by the row's values and the salt (a hash, not a generator)."""
+    with np.errstate(over="ignore"):
+        h = np.full(np.shape(cols[0]), np.uint64(salt) * np.uint64(0x9E3779B97F4A7C15), dtype=np.uint64)
+        for col in cols:
+            h = (h ^ np.asarray(col, dtype=np.uint64)) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(31)
+        h2 = (h * np.uint64(0x94D049BB133111EB)) ^ (h >> np.uint64(29))
+    u1 = ((h >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+    u2 = ((h2 >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+    out: np.ndarray = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+    return out
+
+
+def _alignment(tile: np.ndarray) -> np.ndarray:
+    t = np.asarray(tile, dtype=np.int64)
+    return np.where(t % 4096 == 0, 3, np.where(t % 2048 == 0, 2, np.where(t % 1024 == 0, 1, 0)))
+
+
+@dataclass(frozen=True)
+class SyntheticDevice:
+    """One stand-in device of a SoC (``seed`` picks it)."""
+
+    soc: SocProfile  # the SoC's profile as shipped (what the model starts from)
+    seed: int = 1
+    noise: float = 0.02  # log sd of one sample
+    outlier_rate: float = 0.03  # share of samples 1.5 to 3 times slow
+
+    @property
+    def hardware(self) -> SocProfile:
+        """The device's own hardware parameters (the profile, off by its drawn factors)."""
+        rng = np.random.default_rng(self.seed)
+        f = {k: float(np.exp(rng.normal(0.0, sd))) for k, sd in HARDWARE_SD.items()}
+        s = self.soc
+        return dataclasses.replace(
+            s,
+            hbm_gbps=min(s.hbm_gbps * f["hbm"], s.hbm_peak_gbps),
+            l2_gbps=min(s.l2_gbps * f["l2"], s.l2_peak_gbps),
+            mte2_curve_kib_us=tuple((k, us * f["mte2"]) for k, us in s.mte2_curve_kib_us),
+            mte3_curve_kib_us=tuple((k, us * f["mte3"]) for k, us in s.mte3_curve_kib_us),
+            vector_start_cycles=s.vector_start_cycles * f["vector_start"],
+            launch_us=s.launch_us * f["launch"],
+            core_start_us=s.core_start_us * f["core"] + 0.05 * (f["core"] - 1.0) ** 2,
+        )
+
+    def effects(
+        self, block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray, key_salt: int
+    ) -> np.ndarray:
+        """The device's factor on each configuration beyond its hardware: the knob-structured effects
+        (the same at every key) and the configuration's own (``key_salt``: per key)."""
+        s = self.seed * 101
+        z = (
+            EFFECT_SD["block"] * _hashed_normal(s + 1, block)
+            + EFFECT_SD["buffer"] * _hashed_normal(s + 2, bn)
+            + EFFECT_SD["tile"] * _hashed_normal(s + 3, tile)
+            + EFFECT_SD["align"] * _hashed_normal(s + 4, _alignment(tile))
+            + EFFECT_SD["cores"] * _hashed_normal(s + 5, cores)
+            + EFFECT_SD["config"] * _hashed_normal(s + 6 + key_salt, block, bn, tile, cores)
+        )
+        out: np.ndarray = np.exp(z)
+        return out
+
+    def truth_us(self, t: TilingData) -> float:
+        """The noise-free time of one tiling of bcetune's kernel on this device."""
+        p = t.params
+        block, bn, tile, cores = (
+            np.array([int(getattr(p, k))]) for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")
+        )
+        return predict(t, self._hardware()) * float(self.effects(block, bn, tile, cores, _key_salt(t))[0])
+
+    def optimum(self, variant: Variant, n: int) -> tuple[float, TilingParams]:
+        """The best time of the whole search space for ``n`` elements on this device, and its knobs."""
+        soc = self._hardware()
+        kernel = bce_grad_kernel(variant, classes=1)
+        scored = score_space(kernel, soc, n)
+        salt = _salt(variant, n)
+        us = scored.result.predicted_us * self.effects(
+            scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num, salt
+        )
+        i = int(np.argmin(us))
+        return float(us[i]), scored.params(i)
+
+    def true_us(self, variant: Variant, n: int, params: TilingParams) -> float:
+        return self.truth_us(compute_tiling([n], variant, params, self._hardware()))
+
+    def _hardware(self) -> SocProfile:
+        return _hardware_of(self)
+
+
+_HARDWARE: dict[tuple[str, int, str], SocProfile] = {}
+
+
+def _hardware_of(d: SyntheticDevice) -> SocProfile:
+    key = (d.soc.name, d.seed, d.soc.profile_hash)
+    if key not in _HARDWARE:
+        _HARDWARE[key] = d.hardware
+    return _HARDWARE[key]
+
+
+def _salt(variant: Variant, n: int) -> int:
+    text = f"{variant.label()}/{n}"
+    return int.from_bytes(text.encode()[:8].ljust(8, b"\0"), "little") % 1_000_003 + n % 997
+
+
+def _key_salt(t: TilingData) -> int:
+    return _salt(t.variant, t.n)
+
+
+class SyntheticBackend:
+    """A backend that times tilings on a ``SyntheticDevice``: noisy, so the tuner learns as on a real one.
+    Counts the samples it takes (a device's time is what a search spends)."""
+
+    name = "synthetic"
+    deterministic = False
+    runs_kernel = False
+
+    def __init__(self, device: SyntheticDevice, seed: int = 0) -> None:
+        self.device = device
+        self._rng = np.random.default_rng(seed)
+        self.samples = 0
+
+    def sample(self, tiling: TilingData) -> float:
+        self.samples += 1
+        us = self.device.truth_us(tiling) * float(np.exp(self._rng.normal(0.0, self.device.noise)))
+        if self._rng.random() < self.device.outlier_rate:
+            us *= float(self._rng.uniform(1.5, 3.0))
+        return us
+
+    def flush_l2(self) -> None:
+        return None
+
+
+def synthetic_backend(soc: str, seed: int = 1, noise: float = 0.02, outlier_rate: float = 0.03) -> SyntheticBackend:
+    """The stand-in device ``seed`` of ``soc`` as a backend (``python -m tuner sweep --backend synthetic``)."""
+    return SyntheticBackend(SyntheticDevice(load_soc(soc), seed, noise, outlier_rate), seed)
