@@ -58,19 +58,59 @@ def _params_of(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
 
 
 DUPLICATE_WAIT_S = 120.0
+POLL_S = 0.05
+#: One user attr holding the whole configuration: written in one storage call, so another worker
+#: sees all of it or none of it (four knob attrs are four writes, and a half-written one was missed).
+CONFIG_ATTR = "config"
+#: Set by a trial once it has claimed its configuration and is about to time it.
+MEASURING_ATTR = "measuring"
 
 
-def _same_config(study: optuna.Study, number: int, real: tuple[int, int, int, int]) -> optuna.trial.FrozenTrial | None:
-    """A completed trial with this configuration, else a running one (lowest number first), else None."""
-    found = None
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
-        if t.number == number or not all(k in t.user_attrs for k in KNOB_NAMES) or _params_of(t) != real:
+def _config_of(t: optuna.trial.FrozenTrial) -> list[int] | None:
+    """A trial's configuration; a completed trial of an older sweep has only the four knob attrs."""
+    a = t.user_attrs
+    if CONFIG_ATTR in a:
+        return list(a[CONFIG_ATTR])
+    if t.state == TrialState.COMPLETE and all(k in a for k in KNOB_NAMES):
+        return [a[k] for k in KNOB_NAMES]
+    return None
+
+
+def _same_config(study: optuna.Study, number: int, real: list[int]) -> list[optuna.trial.FrozenTrial]:
+    """The other completed or running trials of this study with this configuration."""
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        if t.number != number and _config_of(t) == real
+    ]
+
+
+def _claim_or_reuse(trial: optuna.Trial, study: optuna.Study, real: list[int]) -> float | None:
+    """Claim this configuration for timing (None), or return the value of the trial that timed it.
+
+    Two workers may propose one configuration at the same moment. Each has written ``config``
+    before it looks; a trial waits while a same-config trial is measuring or has a lower number;
+    once it may go it writes ``measuring`` and looks again, and yields to any lower-numbered
+    same-config trial it now sees. With every write visible to the reads after it (one database),
+    two trials never both time one configuration: of two, the later to look sees the other. A
+    claimant that died is waited for at most DUPLICATE_WAIT_S."""
+    deadline = time.monotonic() + DUPLICATE_WAIT_S
+    while time.monotonic() < deadline:
+        others = _same_config(study, trial.number, real)
+        done = [t for t in others if t.state == TrialState.COMPLETE and t.value is not None]
+        if done:
+            first = min(done, key=lambda t: t.number)
+            trial.set_user_attr("duplicate_of", first.number)
+            return first.value
+        if any(t.number < trial.number or t.user_attrs.get(MEASURING_ATTR) for t in others):
+            time.sleep(POLL_S)
             continue
-        if t.state == TrialState.COMPLETE:
-            return t
-        if found is None or t.number < found.number:
-            found = t
-    return found
+        trial.set_user_attr(MEASURING_ATTR, True)
+        if not any(t.number < trial.number for t in _same_config(study, trial.number, real)):
+            return None
+        trial.set_user_attr(MEASURING_ATTR, False)  # a lower-numbered twin appeared: it goes first
+    trial.set_user_attr(MEASURING_ATTR, True)
+    return None
 
 
 def _objective(  # noqa: ANN202
@@ -88,21 +128,13 @@ def _objective(  # noqa: ANN202
         if violations:
             raise InvalidConfiguration(f"{key}: {params} -> {[v.kind for v in violations]}")
         real = (t.params.block_bytes, t.params.buffer_num, t.params.tile_bytes, t.params.core_num)
+        trial.set_user_attr(CONFIG_ATTR, list(real))
         for name, value in zip(KNOB_NAMES, real, strict=True):
             trial.set_user_attr(name, value)
-        # A configuration already measured in this study is not measured again; one another worker is
-        # measuring right now is waited for (the lower trial number measures, so two never wait on each other).
-        deadline = time.monotonic() + DUPLICATE_WAIT_S
-        while True:
-            duplicate = _same_config(study, trial.number, real)
-            if duplicate is None or duplicate.state == TrialState.RUNNING and duplicate.number > trial.number:
-                break
-            if duplicate.state == TrialState.COMPLETE and duplicate.value is not None:
-                trial.set_user_attr("duplicate_of", duplicate.number)
-                return duplicate.value
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        # A configuration already measured in this study is not measured again (_claim_or_reuse).
+        reused = _claim_or_reuse(trial, study, list(real))
+        if reused is not None:
+            return reused
         predicted = predict(t, space.soc)
         trial.set_user_attr("predicted_us", predicted)
         try:

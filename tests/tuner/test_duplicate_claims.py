@@ -1,0 +1,118 @@
+"""Two workers proposing one configuration at once time it once (tuner.study._claim_or_reuse).
+
+The interleavings that matter are forced here, one at a time, on one in-memory study: the
+two-worker PostgreSQL test (test_postgres_sweep.py) meets them only by chance."""
+
+from __future__ import annotations
+
+import threading
+
+import optuna
+import pytest
+
+from tuner import study as study_mod
+from tuner.study import CONFIG_ATTR, MEASURING_ATTR, _claim_or_reuse
+
+CONFIG = [512, 2, 12288, 40]
+OTHER = [1024, 2, 12288, 40]
+
+
+@pytest.fixture()
+def study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study()
+
+
+class Claim(threading.Thread):
+    """_claim_or_reuse in a thread, as a second worker would run it."""
+
+    def __init__(self, trial: optuna.Trial, study: optuna.Study) -> None:
+        super().__init__(daemon=True)
+        self.trial, self.study = trial, study
+        self.result: float | None | str = "not returned"
+
+    def run(self) -> None:
+        self.result = _claim_or_reuse(self.trial, self.study, CONFIG)
+
+
+def test_a_lower_twin_waits_for_a_higher_one_already_measuring(study: optuna.Study) -> None:
+    low, high = study.ask(), study.ask()
+    high.set_user_attr(CONFIG_ATTR, CONFIG)
+    assert _claim_or_reuse(high, study, CONFIG) is None  # nobody else yet: it measures
+    low.set_user_attr(CONFIG_ATTR, CONFIG)
+    waiter = Claim(low, study)
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive(), "the lower-numbered twin claimed a configuration being measured"
+    study.tell(high, 7.5)
+    waiter.join(5)
+    assert waiter.result == 7.5 and low.user_attrs["duplicate_of"] == high.number
+
+
+def test_a_higher_twin_waits_for_a_lower_one(study: optuna.Study) -> None:
+    low, high = study.ask(), study.ask()
+    low.set_user_attr(CONFIG_ATTR, CONFIG)  # written, not yet claimed
+    high.set_user_attr(CONFIG_ATTR, CONFIG)
+    waiter = Claim(high, study)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()
+    assert _claim_or_reuse(low, study, CONFIG) is None
+    study.tell(low, 3.0)
+    waiter.join(5)
+    assert waiter.result == 3.0
+
+
+def test_a_twin_that_appears_between_look_and_claim_goes_first(
+    study: optuna.Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the PostgreSQL test once lost: the higher trial looked, found nobody, and the lower
+    one wrote its configuration before the higher one started timing. The higher one yields."""
+    low, high = study.ask(), study.ask()
+    high.set_user_attr(CONFIG_ATTR, CONFIG)
+    original = high.set_user_attr
+
+    def claim_late(key: str, value: object) -> None:
+        if key == MEASURING_ATTR and value is True and CONFIG_ATTR not in low.user_attrs:
+            low.set_user_attr(CONFIG_ATTR, CONFIG)  # the lower twin writes just before the claim lands
+        original(key, value)
+
+    monkeypatch.setattr(high, "set_user_attr", claim_late)
+    waiter = Claim(high, study)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive(), "the higher trial timed a configuration a lower twin had proposed"
+    assert _claim_or_reuse(low, study, CONFIG) is None
+    study.tell(low, 4.0)
+    waiter.join(5)
+    assert waiter.result == 4.0 and high.user_attrs[MEASURING_ATTR] is False
+
+
+def test_other_configurations_and_failed_twins_do_not_hold_a_trial_back(study: optuna.Study) -> None:
+    other, failed, mine = study.ask(), study.ask(), study.ask()
+    other.set_user_attr(CONFIG_ATTR, OTHER)
+    other.set_user_attr(MEASURING_ATTR, True)
+    failed.set_user_attr(CONFIG_ATTR, CONFIG)
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    mine.set_user_attr(CONFIG_ATTR, CONFIG)
+    assert _claim_or_reuse(mine, study, CONFIG) is None
+
+
+def test_a_dead_claimant_is_waited_for_only_so_long(study: optuna.Study, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(study_mod, "DUPLICATE_WAIT_S", 0.3)
+    dead, mine = study.ask(), study.ask()
+    dead.set_user_attr(CONFIG_ATTR, CONFIG)
+    dead.set_user_attr(MEASURING_ATTR, True)  # its worker was killed: it stays RUNNING
+    mine.set_user_attr(CONFIG_ATTR, CONFIG)
+    assert _claim_or_reuse(mine, study, CONFIG) is None
+    assert mine.user_attrs[MEASURING_ATTR] is True
+
+
+def test_a_completed_trial_of_an_older_sweep_is_reused_by_its_knob_attrs(study: optuna.Study) -> None:
+    old = study.ask()
+    for name, value in zip(("block_bytes", "buffer_num", "tile_bytes", "core_num"), CONFIG, strict=True):
+        old.set_user_attr(name, value)
+    study.tell(old, 9.0)
+    mine = study.ask()
+    mine.set_user_attr(CONFIG_ATTR, CONFIG)
+    assert _claim_or_reuse(mine, study, CONFIG) == 9.0
