@@ -334,6 +334,23 @@ class KeyBusy(RuntimeError):
     """Another worker is racing this key now; its entry will be in the study when it is done."""
 
 
+#: How long a study without a heartbeat is taken to be one its creator is still setting up.
+CREATING_GRACE_S = 30.0
+
+
+def _heartbeat(study: optuna.Study) -> float:
+    """The race's last heartbeat (time.time()). Creating a study and writing its first heartbeat are two
+    storage calls: a study seen between them has none yet, and is waited on (up to CREATING_GRACE_S) so
+    that it is not taken for an abandoned one and raced by a second worker (0.0 after the grace: its
+    creator died between the two calls)."""
+    deadline = time.monotonic() + CREATING_GRACE_S
+    while True:
+        attrs = study.user_attrs
+        if "heartbeat" in attrs or "entry" in attrs or time.monotonic() >= deadline:
+            return float(attrs.get("heartbeat", 0.0))
+        time.sleep(0.1)
+
+
 def wait_for_entry(
     key: StudyKey, backend_name: str, storage: optuna.storages.BaseStorage | str, poll_s: float = 2.0
 ) -> bool:
@@ -374,11 +391,12 @@ def _tune_race(
     name = key.study_name(backend.name)
     try:
         study = optuna.create_study(study_name=name, storage=storage, direction="minimize")
+        study.set_user_attr("heartbeat", time.time())  # first: a study without one is read as being created
         study.set_user_attr("key", key_attrs(key))
         study.set_user_attr("strategy", "race")
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=name, storage=storage)
-        if "entry" not in study.user_attrs and time.time() - study.user_attrs.get("heartbeat", 0.0) < STALE_S:
+        if "entry" not in study.user_attrs and time.time() - _heartbeat(study) < STALE_S:
             raise KeyBusy(name) from None  # another worker is racing it: come back for its entry
     if "entry" in study.user_attrs:
         return entry_from_attrs(key, study.user_attrs["entry"])

@@ -101,6 +101,6 @@ def test_batches_wait_for_their_share_only_while_others_are_in_flight() -> None:
     s.cheap_started()
     shared = asyncio.run(spend(50, 0.002))
     s.cheap_finished()
-    assert alone < 0.05
+    assert alone < 0.15, alone  # no waiting (a loaded machine adds a little); shared waits >= 0.3 s
     # 0.1 s of work at a fifth of the loop: the rest of 0.5 s waited out (less the 2 ms allowed at once)
     assert 0.3 < shared < 0.8, shared

@@ -1,4 +1,5 @@
-"""Two workers proposing one configuration at once time it once (tuner.study._claim_or_reuse).
+"""Two workers proposing one configuration at once time it once (tuner.study._claim_or_reuse), and a
+race's key is raced by the worker that created its study only.
 
 The interleavings that matter are forced here, one at a time, on one in-memory study: the
 two-worker PostgreSQL test (test_postgres_sweep.py) meets them only by chance."""
@@ -6,12 +7,16 @@ two-worker PostgreSQL test (test_postgres_sweep.py) meets them only by chance.""
 from __future__ import annotations
 
 import threading
+import time
 
 import optuna
 import pytest
 
+from tiling_model import Variant, load_soc
 from tuner import study as study_mod
-from tuner.study import CONFIG_ATTR, MEASURING_ATTR, _claim_or_reuse
+from tuner.key import StudyKey
+from tuner.study import CONFIG_ATTR, MEASURING_ATTR, KeyBusy, _claim_or_reuse, tune
+from tuner.synthetic import SyntheticBackend, SyntheticDevice
 
 CONFIG = [512, 2, 12288, 40]
 OTHER = [1024, 2, 12288, 40]
@@ -116,3 +121,36 @@ def test_a_completed_trial_of_an_older_sweep_is_reused_by_its_knob_attrs(study: 
     mine = study.ask()
     mine.set_user_attr(CONFIG_ATTR, CONFIG)
     assert _claim_or_reuse(mine, study, CONFIG) == 9.0
+
+
+# --- keys: a race's study is claimed by its creator -------------------------------------------------
+
+
+def _race_key() -> tuple[StudyKey, SyntheticBackend]:
+    soc = load_soc("Ascend910B2")
+    return StudyKey(soc.name, Variant("float16", "none", "none"), 20000), SyntheticBackend(SyntheticDevice(soc, seed=4))
+
+
+def test_a_study_seen_before_its_creators_first_heartbeat_is_left_to_its_creator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race the two-worker device-loop test once lost: a worker found the study its peer had just
+    created, before the peer's first heartbeat, took it for an abandoned one and raced the key too."""
+    key, backend = _race_key()
+    storage = optuna.storages.InMemoryStorage()
+    created = optuna.create_study(study_name=key.study_name(backend.name), storage=storage)  # a peer, mid-setup
+    threading.Timer(0.3, lambda: created.set_user_attr("heartbeat", time.time())).start()
+    start = time.monotonic()
+    with pytest.raises(KeyBusy):
+        tune(key, backend, storage, 4, strategy="race")
+    assert time.monotonic() - start >= 0.25  # it waited for the heartbeat rather than racing at once
+    assert not created.trials
+
+
+def test_a_study_whose_creator_died_before_its_first_heartbeat_is_taken_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(study_mod, "CREATING_GRACE_S", 0.3)
+    key, backend = _race_key()
+    storage = optuna.storages.InMemoryStorage()
+    optuna.create_study(study_name=key.study_name(backend.name), storage=storage)  # its creator died here
+    entry = tune(key, backend, storage, 4, strategy="race")
+    assert entry.trials >= 1 and entry.size == key.size
