@@ -563,20 +563,6 @@ inline double TieKey(double us) {
     return std::isinf(y) ? us : std::nearbyint(y) / kTieScale;
 }
 
-/** What a re-fit did (for benchmarks and for tuning its bounds). */
-struct RefitStats {
-    int64_t visited = 0;  // (block, cores, tile) configurations looked at past the traffic bound
-    int64_t bounded = 0;
-    int64_t simulated = 0;
-};
-
-struct RefitChoice {
-    int64_t blockBytes;  // -1: no tile fits
-    int64_t tileBytes;
-    int64_t coreNum;
-    double us;
-};
-
 /** A line under every copy of one DMA direction: a copy of b > 0 bytes takes at least fixed + b * perByte. */
 struct CopyLine {
     double fixed = 0.0, perByte = 0.0;
@@ -623,22 +609,30 @@ struct VectorFloor {
     }
 };
 
+/** Which copy lines a floor takes: a core kind's copies aligned, misaligned, or either (the lesser of the two
+ *  lines, term by term: under both, for a bound over pairs whose alignment is not known yet). */
+enum class Lines { Aligned = 0, Misaligned = 1, Either = 2 };
+
 /**
- * The lines under a core's copies and instructions when `cores` cores share the bandwidth: what every
- * (block, cores) pair of a re-fit with that core count shares, so a re-fit computes them once per core
- * count. Each copy costs at least the larger of two lines (CopyUs's fixed cost plus the bytes at the
- * core's bandwidth share; the curve's last-slope line, CurveLine), each tile's instructions at least
- * their start cycles plus the elements' repeats (VectorFloor). A misaligned copy's lines carry its
- * slowdown. Valid where a misaligned copy is never faster (0 < misaligned factor <= 1) and the curve's
- * fixed costs are not negative; `valid` is false otherwise (the bounds are then -INFINITY).
+ * Floors of a core's time when `cores` cores share the bandwidth: what every (block, cores) pair of a
+ * re-fit with that core count shares. Each copy costs at least the larger of two lines (CopyUs's fixed
+ * cost plus the bytes at the core's bandwidth share; the curve's last-slope line, CurveLine), each tile's
+ * instructions at least their start cycles plus the elements' repeats (VectorFloor). A misaligned copy's
+ * lines carry its slowdown. Valid where a misaligned copy is never faster (0 < misaligned factor <= 1)
+ * and the curves' fixed costs are not negative; `valid` is false otherwise (the floors are then -INFINITY).
+ *
+ * A core's pipeline is no shorter than simulate.bounds_us's chains: all CopyIns; all Computes; all
+ * CopyOuts; the CopyIn-Compute cycle through the buffers; the Compute-CopyOut cycle; and the staircases
+ * that turn at the last full tile (Turns). With every stage at its floor they give ConfigUs (one
+ * configuration) and RangeUs (every tile size in a range: what lets the re-fit rule out many at once).
  */
 struct CoreLines {
     bool valid = false;
     int64_t bn = 1;
     double vecFixed = 0.0, vecPerElem = 0.0;
     double base = 0.0;  // launch, core start-up and the row copy every core makes first
-    // [misaligned][line]; per element, not per byte (perByte holds the per-element cost here)
-    CopyLine in[2][2], out[2][2];
+    // [Lines][line]; per element, not per byte (perByte holds the per-element cost here)
+    CopyLine in[3][2], out[3][2];
 
     CoreLines() = default;
     /** mte2Line, mte3Line: CurveLine of the SoC's curves (the same for every core count). */
@@ -675,6 +669,10 @@ struct CoreLines {
                           dense * elem * dIn.perByte + windows * elem * inMis.perByte};
             out[mis][1] = {outs * dOut.fixed, outs * elem * dOut.perByte};
         }
+        for (int l = 0; l < 2; ++l) {
+            in[2][l] = {std::min(in[0][l].fixed, in[1][l].fixed), std::min(in[0][l].perByte, in[1][l].perByte)};
+            out[2][l] = {std::min(out[0][l].fixed, out[1][l].fixed), std::min(out[0][l].perByte, out[1][l].perByte)};
+        }
         base = s.launchUs + s.coreStartUs +
                static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, agg / c, true, 1.0);
     }
@@ -684,343 +682,475 @@ struct CoreLines {
         return std::max(count * lines[0].fixed + elems * lines[0].perByte, count * lines[1].fixed + elems * lines[1].perByte);
     }
 
-    /**
-     * A core of e elements (its copies misaligned or not) with tiles of at most teMax elements, less `base`:
-     * simulate.bounds_us's five chains with each stage at its floor and the tile count at its least. It
-     * only rises as teMax falls (more tiles) and as e grows (more of everything).
-     */
-    double KindFloor(int64_t e, bool mis, int64_t teMax) const {
-        const double first = in[0][0].fixed, last = vecFixed + out[0][0].fixed;  // the first CopyIn, the last Compute + CopyOut
-        const double ee = static_cast<double>(e);
-        const int64_t tiles = Ceil(e, teMax);
-        const double t = static_cast<double>(tiles);
-        const double hops = static_cast<double>((tiles - 1) / bn);
-        const double spread = std::max(0.0, ee / static_cast<double>(bn) - static_cast<double>(teMax));
-        return std::max(std::max(Sum(in[mis], t, ee) + last, first + t * vecFixed + ee * vecPerElem + out[0][0].fixed),
-                        std::max(first + vecFixed + Sum(out[mis], t, ee),
-                                 std::max(Sum(in[mis], hops, spread) + hops * vecFixed + spread * vecPerElem + first + last,
-                                          first + Sum(out[mis], hops, spread) + hops * vecFixed + spread * vecPerElem + last)));
+    /** One tile of x elements run alone, start to end: its three stages in a row (a core of one tile). */
+    double SerialUs(double x, Lines which) const {
+        const int w = static_cast<int>(which);
+        return Sum(in[w], 1.0, x) + vecFixed + x * vecPerElem + Sum(out[w], 1.0, x);
     }
 
-    /** Any pair with this core count at tiles of at most teMax: its widest core holds at least ceil(n / cores). */
-    double GroupUs(int64_t n, int64_t cores, int64_t teMax) const {
+    /**
+     * A core kind of e elements run in tiles of xlo to xhi elements (xlo >= 1), less `base`: the chains with
+     * every stage at its floor, over every tile size in the range at once. With t = ceil(e / x) tiles, x is
+     * at least xlo, the t - 1 full tiles hold F = e - y >= e - min(xhi, e - 1) elements, the last one
+     * y >= e - (t - 1) xhi, t and the buffer hops floor((t - 1) / bn) are at least their values at xhi, and
+     * every count of copies is at least its line's total (copies each cost at least their line). Without
+     * exactWidth the last tile is taken at its least (1), and then every term only rises with e: the bound
+     * for e holds for any kind at least as wide (a core count's, from its least widest core, ceil(n / cores)).
+     * Over one tile count (what a narrow range has) it is close to ConfigUs's chains of the range's smallest tile.
+     */
+    double RangeUs(int64_t e, Lines which, int64_t xlo, int64_t xhi, bool exactWidth) const {
         if (!valid) return -INFINITY;
-        const int64_t e = Ceil(n, cores);
-        return base + std::min(KindFloor(e, false, teMax), KindFloor(e, true, teMax));
-    }
-};
-
-/**
- * Lower bounds of exact tilings with one (block, core count) pair, whatever the tile, for the re-fit's
- * pruning: the pair's core kinds on its core count's lines (CoreLines). A core's pipeline is no shorter
- * than simulate.bounds_us's five chains: all CopyIns; all Computes; all CopyOuts; the CopyIn-Compute
- * cycle through the buffers; the Compute-CopyOut cycle. The kind's alignment does not depend on the
- * tile (tiles are whole 512-B blocks).
- */
-class CoreBound {
-public:
-    CoreBound() = default;
-
-    CoreBound(const Kinds& kd, const CoreLines& lines) : l_(&lines) {
-        if (!lines.valid || kd.cores <= 0) return;
-        bool widestAligned = false;
-        for (int i = 0; i < 3; ++i) {
-            if (kd.counts[i] <= 0 || kd.elems[i] <= 0) continue;
-            elems_[kinds_] = kd.elems[i];
-            mis_[kinds_++] = !kd.aligned[i];
-            if (kd.elems[i] > widest_) widestAligned = false;
-            widest_ = std::max(widest_, kd.elems[i]);
-            if (kd.elems[i] == widest_ && kd.aligned[i]) widestAligned = true;
-        }
-        widestMis_ = !widestAligned;  // if two kinds are the widest, the aligned one's (cheaper) bound
-    }
-
-    /** Any tiling of this pair with tiles of at most teMax elements: it only rises as teMax falls (more
-     *  tiles), so what it rules out at one tile it rules out at every smaller tile. */
-    double Us(int64_t teMax) const {
-        double core = -INFINITY;
-        for (int i = 0; i < kinds_; ++i) core = std::max(core, l_->KindFloor(elems_[i], mis_[i], teMax));
-        return l_->base + core;
+        const int w = static_cast<int>(which);
+        const double ee = static_cast<double>(e);
+        const double one = xhi >= e ? SerialUs(ee, which) : INFINITY;  // the tile sizes that hold the kind in one
+        const int64_t top = std::min(xhi, e - 1);  // the largest tile that leaves a last tile (t >= 2)
+        if (top < xlo) return one;
+        const int64_t t1 = std::max<int64_t>(Ceil(e, top), 2), t2 = Ceil(e, xlo);
+        const double x = static_cast<double>(xlo), hi = static_cast<double>(top);
+        const double nf = static_cast<double>(t1 - 1), tt = static_cast<double>(t1);
+        // the full tiles: t - 1 of at least xlo, e - y in all, and (t - 1) / t of e (x >= e / t)
+        const double f = std::max(std::max(ee - hi, nf * x), ee * nf / tt);
+        const double y = exactWidth ? std::max(1.0, ee - static_cast<double>(t2 - 1) * hi) : 1.0;  // the last tile
+        // the buffer cycles' tiles: h = floor((t - 1) / bn) full tiles and the last, which hold all but the t - 1 - h
+        // full tiles the cycle skips: at least e - (1 - 1 / bn) (e - 1 + x), x <= xhi (not top: so it rises with e)
+        const double bnd = static_cast<double>(bn), hops = static_cast<double>((t1 - 1) / bn);
+        const double eh = std::max(hops * x + y, ee - (1.0 - 1.0 / bnd) * (ee - 1.0 + static_cast<double>(xhi)));
+        const CopyLine(&li)[2] = in[w];
+        const CopyLine(&lo)[2] = out[w];
+        const double ax = Sum(li, 1.0, x), bx = vecFixed + x * vecPerElem, cx = Sum(lo, 1.0, x);
+        const double ay = Sum(li, 1.0, y), by = vecFixed + y * vecPerElem, cy = Sum(lo, 1.0, y);
+        const double fa = std::max(nf * ax, Sum(li, nf, f)), fb = nf * vecFixed + f * vecPerElem;
+        const double fc = std::max(nf * cx, Sum(lo, nf, f));
+        const double hb = (hops + 1.0) * vecFixed + eh * vecPerElem;  // the cycle's Computes, the last's included
+        const double copies = std::max(std::max(fa + ay, Sum(li, tt, ee)) + by + cy,      // all CopyIns
+                                       ax + bx + std::max(fc + cy, Sum(lo, tt, ee)));    // all CopyOuts
+        const double computes = ax + std::max(fb + by, tt * vecFixed + ee * vecPerElem) + cy;
+        const double cycles = std::max(std::max(hops * ax + ay, Sum(li, hops + 1.0, eh)) + hb + cy,  // CopyIn-Compute
+                                       ax + hb + std::max(hops * cx + cy, Sum(lo, hops + 1.0, eh)));  // Compute-CopyOut
+        const double turns = std::max(fa + bx + std::max(cx, by) + cy, ax + fb + cx + cy);
+        return std::min(one, std::max(std::max(copies, computes), std::max(cycles, turns)));
     }
 
-    /**
-     * Any tiling of this pair whose widest core runs as many tiles as it does with tiles of te elements:
-     * every tile size from *teLow (the smallest with that tile count) up to te (RangeUs over all of them).
-     * Where a core runs few tiles this is far above Us(te), which must also hold for any number of tiles.
-     */
-    double IntervalUs(int64_t te, int64_t* teLow) const {
-        *teLow = te;
-        if (kinds_ == 0) return -INFINITY;
-        *teLow = Ceil(widest_, Ceil(widest_, te));
-        return RangeUs(te, *teLow);
-    }
-
-    /**
-     * Any tiling of this pair with tiles of lo to te elements, lo at or above IntervalUs's teLow (the widest
-     * core runs the same t tiles at every such size): its first t - 1 tiles hold at least lo elements each
-     * and its last at least what t - 1 tiles of te leave, so each of the widest core's chains (and the
-     * staircases that turn at its last full tile) is at least its value at those sizes. At lo == te it is
-     * close to ConfigUs's bound of the widest core; the wider the range, the lower.
-     */
-    double RangeUs(int64_t te, int64_t lo) const {
-        if (kinds_ == 0) return -INFINITY;
-        const int64_t e = widest_;
-        const int64_t t = Ceil(e, te);
-        const double x = t > 1 ? static_cast<double>(lo) : static_cast<double>(e);  // the first tile, at least
-        const double y = static_cast<double>(std::max<int64_t>(1, e - (t - 1) * te));  // the last tile, at least
-        const double tt = static_cast<double>(t), ee = static_cast<double>(e);
-        const double hops = static_cast<double>((t - 1) / l_->bn);
-        const CopyLine(&in)[2] = l_->in[widestMis_];
-        const CopyLine(&out)[2] = l_->out[widestMis_];
-        const double ax = Sum(in, 1.0, x), bx = l_->vecFixed + x * l_->vecPerElem, cx = Sum(out, 1.0, x);
-        const double ay = Sum(in, 1.0, y), by = l_->vecFixed + y * l_->vecPerElem, cy = Sum(out, 1.0, y);
-        double chain = std::max(
-            std::max(Sum(in, tt, ee) + by + cy, ax + tt * l_->vecFixed + ee * l_->vecPerElem + cy),
-            std::max(ax + bx + Sum(out, tt, ee), std::max(hops * (ax + bx) + ay + by + cy, ax + hops * (bx + cx) + by + cy)));
-        if (t > 1) chain = std::max(chain, Turns(tt - 1.0, Stage{ax, bx, cx}, Stage{ay, by, cy}));
-        return l_->base + chain;
-    }
-
-    /** One configuration (tiles of te elements, kd's tiles and last tiles): simulate.bounds_us's chains with
-     *  each stage at its floor. Below Evaluate's bound, and far cheaper to compute. */
+    /** One configuration (tiles of te elements, kd's tiles and last tiles), every kind: the chains with each
+     *  stage at its floor. Below Evaluate's bound, and far cheaper to compute. */
     double ConfigUs(const Kinds& kd, int64_t te) const {
+        if (!valid) return -INFINITY;
         double core = -INFINITY;
         const double x = static_cast<double>(te);
-        const double fb = l_->vecFixed + x * l_->vecPerElem;
+        const double fb = vecFixed + x * vecPerElem;
         for (int i = 0; i < 3; ++i) {
             if (kd.counts[i] <= 0 || kd.tiles[i] <= 0) continue;
-            const CopyLine(&in)[2] = l_->in[!kd.aligned[i]];
-            const CopyLine(&out)[2] = l_->out[!kd.aligned[i]];
-            const double fa = Sum(in, 1.0, x), fc = Sum(out, 1.0, x);
+            const CopyLine(&li)[2] = in[!kd.aligned[i]];
+            const CopyLine(&lo)[2] = out[!kd.aligned[i]];
+            const double fa = Sum(li, 1.0, x), fc = Sum(lo, 1.0, x);
             const double y = static_cast<double>(kd.tail[i]);
-            const double ta = Sum(in, 1.0, y), tb = l_->vecFixed + y * l_->vecPerElem, tc = Sum(out, 1.0, y);
+            const double ta = Sum(li, 1.0, y), tb = vecFixed + y * vecPerElem, tc = Sum(lo, 1.0, y);
             const bool many = kd.tiles[i] > 1;
             const double nf = static_cast<double>(kd.tiles[i] - 1);
             const double a = many ? fa : 0.0, b = many ? fb : 0.0, c = many ? fc : 0.0;
             const double a1 = many ? fa : ta, b1 = many ? fb : tb;
-            const double hops = static_cast<double>((kd.tiles[i] - 1) / l_->bn);
+            const double hops = static_cast<double>((kd.tiles[i] - 1) / bn);
             const double chain = std::max(
                 std::max(nf * a + ta + tb + tc, a1 + nf * b + tb + tc),
                 std::max(a1 + b1 + nf * c + tc, std::max(hops * (a + b) + ta + tb + tc, a1 + hops * (b + c) + tb + tc)));
             core = std::max(core, std::max(chain, Turns(nf, Stage{a, b, c}, Stage{ta, tb, tc})));
         }
-        return l_->base + core;
+        return base + core;
     }
-
-private:
-    static double Sum(const CopyLine (&lines)[2], double count, double elems) { return CoreLines::Sum(lines, count, elems); }
-
-    const CoreLines* l_ = nullptr;
-    int64_t elems_[3] = {0, 0, 0};
-    bool mis_[3] = {false, false, false};  // the kind's copies start misaligned
-    int64_t widest_ = 0;
-    bool widestMis_ = false;
-    int kinds_ = 0;  // none: the bound is -INFINITY
 };
 
-constexpr int64_t kMaxCores = 64;   // vector cores of a SoC the re-fit spreads over, at most
-constexpr int kMaxBlocks = 16;      // block sizes one re-fit chooses among, at most
-constexpr int64_t kMaxTiles = 1023; // tile choices one re-fit walks, at most (512 B .. 511.5 KiB)
+/** What a re-fit did (for benchmarks and for tuning its bounds). */
+struct RefitStats {
+    int64_t ranges = 0;     // ranges of configurations bounded (a core count's, or one pair's, tile range)
+    int64_t pairs = 0;      // (block, cores) pairs whose core kinds were computed
+    int64_t configs = 0;    // single configurations looked at (their own floor computed)
+    int64_t bounded = 0;    // of those, the ones whose chain bound was computed
+    int64_t simulated = 0;  // of those, the ones simulated
+    int64_t peakQueue = 0;  // the most ranges waiting at once
+};
 
-/** What one (block, core count) pair of a re-fit keeps across tiles; a per-thread scratch, no allocation. */
+struct RefitChoice {
+    int64_t blockBytes;  // -1: no tile fits
+    int64_t tileBytes;
+    int64_t coreNum;
+    double us;
+};
+
+constexpr int64_t kMaxCores = 64;    // vector cores of a SoC the re-fit spreads over, at most
+constexpr int kMaxBlocks = 16;       // block sizes one re-fit chooses among, at most
+constexpr int64_t kMaxTiles = 1023;  // tile choices one re-fit walks, at most (512 B .. 511.5 KiB)
+constexpr int kMaxRanges = 4096;     // ranges waiting at once; past it a range is searched tile by tile at once
+
+/** Tile indices tiLo..tiHi (tile = ti * kTileStepBytes) of one (block, cores) pair, or of every block of a core
+ *  count (block -1), and a floor under every prediction in it (float rounding already taken off). */
+struct RefitRange {
+    double floor;
+    int32_t tiLo, tiHi;
+    int32_t cores;
+    int32_t block;  // index into the block sizes; -1: every block of the core count
+};
+
+/** A (block, cores) pair's core kinds and what bounds its configurations, computed at its first opening. */
 struct RefitPair {
-    int block;          // index into the block sizes
-    int64_t cores;
-    bool known;         // kinds, traffic and floors computed (at the pair's first visit)
-    double trafficUs;   // launch + bytes over the bandwidth: the same at every tile (x factorFloor)
-    double factorFloor; // the least knob correction of the pair's configurations (1 without one)
-    Kinds kinds;        // at any tile (WithTile sets the tiles)
-    int64_t widest;     // elements of the widest core: from that tile up, one tile per core
-    int64_t asleepAbove;  // tile index: above it the pair's prediction is the one already evaluated
-    CoreBound floor;
+    bool known;
+    Kinds kinds;         // at any tile (WithTile sets the tiles)
+    int64_t widest;      // elements of the widest core kind that runs
+    Lines widestLines;   // its copies' lines (if two kinds are the widest, the aligned one's)
+    double trafficUs;    // launch + bytes over the bandwidth with the least knob correction: under every tile's
+    double factorFloor;  // the least knob correction of its configurations (1 without one)
+    double blockFactor;  // its block size's part of the knob correction (1 without one)
 };
 
+/** What a re-fit works in: per thread, reused, no allocation (the pairs are marked unknown per call). */
 struct RefitScratch {
-    RefitPair pairs[kMaxBlocks * kMaxCores];
-    int16_t alive[kMaxBlocks * kMaxCores];  // the pairs still in the search, in visiting order
-    CoreLines lines[kMaxCores + 1];         // per core count, computed at its first pair's first visit
-    bool linesKnown[kMaxCores + 1];
+    CoreLines lines[kMaxCores + 1];
+    double groupFactor[kMaxCores + 1];
+    RefitPair pairs[kMaxBlocks][kMaxCores + 1];
+    RefitRange queue[kMaxRanges];
 };
 
 /**
- * The fastest (block, tile, cores) of one BUFFER_NUM at n elements in the default (cold) L2 state, over tiles of
- * kTileStepBytes, 2 kTileStepBytes, ... up to tileTop, block sizes as given in descending order and 1 to
- * maxCores cores, with the space's tie-break (predictions rounded to 1e-9 us; then the larger tile, more
- * cores, the larger block): what score_space(...).best_index() picks over that slice, without scoring it.
+ * The fastest (block, tile, cores) of one BUFFER_NUM at n elements in the default (cold) L2 state, over tiles
+ * of kTileStepBytes, 2 kTileStepBytes, ... up to tiles * kTileStepBytes, the given block sizes (in descending
+ * order) and 1 to maxCores cores, with the space's tie-break (predictions rounded to 1e-9 us; then the larger
+ * tile, more cores, the larger block): what score_space(...).best_index() picks over that slice, without
+ * scoring it.
  *
- * A bounded search in tie-break order: tiles from the largest down, and at each tile the (block, cores)
- * pairs with more cores first, then the larger block. A configuration then wins only with a smaller
- * rounded prediction, so it is skipped at the first of these bounds that says it cannot:
- *   1. the seed: the bucket's tuned (block, tile, cores) is simulated first; nothing slower can win;
- *   2. traffic: launch + bytes over the bandwidth, the same at every tile: the pair is dropped for good;
- *   3. the pair's floor (CoreBound::Us), which only rises as tiles shrink: dropped for good;
- *   4. asleep: once every core of a pair fits in one tile, smaller tiles give the same prediction down to
- *      its widest core's tile, and cannot win the tie: the pair is evaluated once and sleeps until then
- *      (or, with a knob correction, until the next tile whose alignment has a smaller factor);
- *   5. the configuration's floor (CoreBound::ConfigUs), then its chain bound (Evaluate without the
- *      schedule), and only then the simulation, unless the chain bound is the prediction.
- * With a knob correction (SocModel::blockFactor ...) every prediction carries its configuration's factor
- * and every bound the least factor of what it bounds (KnobFactorFloor).
- * The margins cover float rounding. None of the drops changes the pick: what they drop predicts at or
- * above the fastest already seen (it neither wins nor lowers that), or more than a tie's width above the
- * seed's (which beats it). tests/tiling_model/test_engine.py checks the pick against the specification.
+ * A best-first branch and bound. A range (RefitRange) is a set of configurations with a floor under every
+ * prediction in it: a core count's tiles from lo to hi (every block), or one (block, cores) pair's. Ranges
+ * wait in a queue, the lowest floor first; the one taken is
+ *   1. dropped if its floor says nothing in it can be picked (CanWin): a larger rounded prediction than the
+ *      best seen, or at best a tie lost on the knobs; once the lowest floor is past the best, the search ends;
+ *   2. a core count's range: split in two by tile count (each half's floor CoreLines::RangeUs of its least
+ *      widest core, ceil(n / cores)), or, once it spans one tile count, opened into its pairs (each pair's
+ *      core kinds and traffic computed once, at its first opening);
+ *   3. a pair's range: the tiles that hold every core in one tile predict alike (the largest wins the tie),
+ *      so they are one candidate; others split in two (by tile count, then by tile) down to one tile;
+ *   4. one tile: its floor (CoreLines::ConfigUs), then its chain bound (Evaluate without the schedule), then
+ *      the simulation, unless the chain bound is the prediction.
+ * Every floor carries the least knob correction of what it bounds (KnobFactorFloor), every prediction its
+ * own (KnobFactor). The seed (the bucket's tuned configuration) is predicted first: the best seen from the
+ * start. None of the drops changes the pick: what a range holds predicts at or above its floor.
+ * tests/tiling_model/test_engine.py checks the pick against the specification's, and
+ * tests/kernel/cpp/refit_exhaustive.cpp against every configuration predicted.
  */
+class RefitSearch {
+public:
+    RefitSearch(RefitScratch& w, int64_t n, const int64_t* blocks, int nBlocks, int64_t bn, int64_t tiles,
+                int64_t maxCores, const KernelModel& k, const SocModel& s, RefitStats* stats)
+        : w_(w), n_(n), blocks_(blocks), nBlocks_(nBlocks), bn_(bn), tiles_(tiles), k_(k), s_(s), stats_(stats),
+          hit_(DefaultHit(k, s, n)), agg_(Aggregate(s, hit_)), corrected_(k.corrected && s.blockFactor != nullptr),
+          stepElems_(kTileStepBytes / k.elemBytes) {
+        const VectorFloor vec(k, s);
+        const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
+        for (int b = 0; b < nBlocks; ++b) {
+            coresMax_[b] = std::min(std::min(maxCores, std::max<int64_t>(Ceil(n * k.elemBytes, blocks[b]), 1)), kMaxCores);
+            topCores_ = std::max(topCores_, coresMax_[b]);
+        }
+        for (int64_t c = 1; c <= topCores_; ++c) {
+            w.lines[c] = CoreLines(c, bn, k, s, agg_, vec, mte2Line, mte3Line);
+            w.groupFactor[c] = KnobFactorFloor(s, k, -1, bn, c);
+            for (int b = 0; b < nBlocks; ++b) {  // the widest core any block gives c cores: (every + 1) blocks at most
+                if (c > coresMax_[b]) continue;
+                const int64_t blockElems = blocks[b] / k.elemBytes;
+                widestTop_[c] = Ceil(n + blockElems - 1, c) + blockElems;
+                break;  // blocks descend: the first that runs c cores is the largest
+            }
+            for (int b = 0; b < nBlocks; ++b) w.pairs[b][c].known = false;
+        }
+    }
+
+    /** The seed configuration (any of the slice, else ignored), predicted: the best seen before the search. */
+    void Seed(int64_t block, int64_t tile, int64_t cores) {
+        for (int b = 0; b < nBlocks_; ++b) {
+            if (blocks_[b] == block && 1 <= cores && cores <= coresMax_[b] && tile >= kTileStepBytes &&
+                tile % kTileStepBytes == 0 && tile <= tiles_ * kTileStepBytes) {
+                Consider(PredictConfig(n_, block, bn_, tile, cores, k_, s_, hit_, true).us, tile, cores, b);
+            }
+        }
+    }
+
+    RefitChoice Run() {
+        for (int64_t c = topCores_; c >= 1; --c) Push(GroupRange(c, 1, tiles_));
+        while (queued_ > 0) {
+            const RefitRange r = Pop();
+            if (!CanWin(r)) {  // 1.
+                if (r.floor > bestUs_ + kTieWidth) break;  // and so is everything after it in the queue
+                continue;
+            }
+            if (r.block < 0) {
+                OpenGroup(r);
+            } else {
+                SplitPair(r);
+            }
+        }
+        return RefitChoice{best_.block, best_.tile, best_.cores, bestUs_};
+    }
+
+private:
+    /** Past the least prediction seen by more than this, a prediction rounds to a larger key (two tie widths:
+     *  the rounding of the product by 1e9 cannot close it). */
+    static constexpr double kTieWidth = 2.0 / kTieScale;
+
+    struct Best {
+        double key = INFINITY;  // TieKey of its prediction
+        int64_t tile = -1, cores = -1, block = -1;
+        int blockIndex = kMaxBlocks;
+    };
+
+    /** A floor with float rounding taken off (the floors' arithmetic is not the prediction's). */
+    static double Floor(double bound) { return bound - (kPruneMarginUs + 1e-9 * std::fabs(bound)); }
+
+    /** (tile, cores, block index) comes before the best in the tie-break: a larger tile, more cores, a larger block. */
+    bool Before(int64_t tile, int64_t cores, int blockIndex) const {
+        if (tile != best_.tile) return tile > best_.tile;
+        if (cores != best_.cores) return cores > best_.cores;
+        return blockIndex < best_.blockIndex;
+    }
+
+    /** Whether a configuration predicting at least `floor` and tied at best at (tile, cores, block) may be picked. */
+    bool CanWin(double floor, int64_t tile, int64_t cores, int blockIndex) const {
+        if (floor > bestUs_ + kTieWidth) return false;  // rounds to a larger key
+        return floor < bestUs_ || Before(tile, cores, blockIndex);  // else at best a tie: won on the knobs
+    }
+
+    bool CanWin(const RefitRange& r) const { return CanWin(r.floor, r.tiHi * kTileStepBytes, r.cores, r.block); }
+
+    /** A configuration's prediction: the best if its rounded key is smaller, or equal and it comes first. */
+    void Consider(double us, int64_t tile, int64_t cores, int blockIndex) {
+        const double key = TieKey(us);
+        if (key < best_.key || (key == best_.key && Before(tile, cores, blockIndex))) {
+            best_ = Best{key, tile, cores, blocks_[blockIndex], blockIndex};
+        }
+        bestUs_ = std::min(bestUs_, us);
+    }
+
+    /**
+     * Every configuration of c cores with tiles tiLo..tiHi. Its widest core holds e elements, from ceil(n / c)
+     * to widestTop_[c]; it moves the footprint and every core's row copy, at best over the full bandwidth
+     * (TrafficOf's arithmetic with nothing misaligned: at or under every pair's traffic, to the bit). Where
+     * every such e runs as many tiles at each tile size of the range as the least does, the least one's floor
+     * holds for all (a wider core has a larger last tile); else the floor of the first e past it with one
+     * tile more (its last tile at its least) bounds the wider ones.
+     */
+    RefitRange GroupRange(int64_t c, int64_t tiLo, int64_t tiHi) const {
+        const CoreLines& l = w_.lines[c];
+        const double fixedBytes = Footprint(k_, n_) + static_cast<double>(k_.scalarInputs * k_.elemBytes);
+        const double traffic =
+            s_.launchUs + (fixedBytes + static_cast<double>(c * (k_.workspaceInputs * k_.rowBytes))) / (agg_ * 1e3);
+        const int64_t e = Ceil(n_, c), xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
+        const int64_t t = Ceil(e, xhi);
+        double core;
+        if (t == Ceil(e, xlo)) {  // one tile count for the least e over the range
+            core = l.RangeUs(e, Lines::Either, xlo, xhi, true);
+            const int64_t wider = t * xlo + 1;  // the least e that runs t + 1 tiles at some tile size of the range
+            if (wider <= widestTop_[c]) core = std::min(core, l.RangeUs(wider, Lines::Either, xlo, xhi, false));
+        } else {
+            core = l.RangeUs(e, Lines::Either, xlo, xhi, false);
+        }
+        return RefitRange{std::max(traffic, Floor(l.base + core)) * w_.groupFactor[c], static_cast<int32_t>(tiLo),
+                          static_cast<int32_t>(tiHi), static_cast<int32_t>(c), -1};
+    }
+
+    /** One pair's tiles tiLo..tiHi: its traffic (the prediction's own arithmetic: exact) and its widest core's
+     *  floor over the range. */
+    RefitRange PairRange(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) const {
+        const CoreLines& l = w_.lines[c];
+        const double core = l.base + l.RangeUs(p.widest, p.widestLines, tiLo * stepElems_, tiHi * stepElems_, true);
+        return RefitRange{std::max(p.trafficUs, Floor(core) * p.factorFloor), static_cast<int32_t>(tiLo),
+                          static_cast<int32_t>(tiHi), static_cast<int32_t>(c), static_cast<int32_t>(b)};
+    }
+
+    /** Where to split tiLo..tiHi (returns the lower part's last tile index) of a core whose widest kind has e
+     *  elements: by tile count where the range spans more than one (at the geometric middle), else by tile. */
+    int64_t SplitPoint(int64_t e, int64_t tiLo, int64_t tiHi) const {
+        const int64_t t1 = Ceil(e, tiHi * stepElems_), t2 = Ceil(e, tiLo * stepElems_);
+        if (t2 > t1) {
+            const double geometric = std::sqrt(static_cast<double>(t1) * static_cast<double>(t2));
+            const int64_t mid = std::min(std::max(static_cast<int64_t>(geometric), t1), t2 - 1);
+            const int64_t from = Ceil(Ceil(e, mid), stepElems_);  // tiles from here up run at most mid tiles
+            return std::min(std::max(from, tiLo + 1), tiHi) - 1;
+        }
+        return tiLo + (tiHi - tiLo) / 2;
+    }
+
+    /** 2. A core count's range: split by tile while its least widest core runs more than one tile, else
+     *  opened into its pairs. */
+    void OpenGroup(const RefitRange& r) {
+        const int64_t c = r.cores, e = Ceil(n_, c);
+        if (r.tiHi > r.tiLo && r.tiLo * stepElems_ < e) {
+            const int64_t mid = SplitPoint(e, r.tiLo, r.tiHi);
+            Push(GroupRange(c, mid + 1, r.tiHi));
+            Push(GroupRange(c, r.tiLo, mid));
+            return;
+        }
+        const RefitPair* previous = nullptr;
+        for (int b = 0; b < nBlocks_; ++b) {
+            if (c > coresMax_[b]) continue;
+            const RefitPair& p = PairOf(b, c);
+            if (previous != nullptr && SamePredictions(*previous, p)) continue;  // the larger block wins every tie
+            previous = &p;
+            if (CanWin(p.trafficUs, r.tiHi * kTileStepBytes, c, b)) Push(PairRange(p, c, b, r.tiLo, r.tiHi));
+        }
+    }
+
+    /** Two pairs of one core count whose cores split the elements alike (and whose knob corrections are alike)
+     *  predict alike at every tile. */
+    static bool SamePredictions(const RefitPair& a, const RefitPair& b) {
+        for (int i = 0; i < 3; ++i) {
+            if (a.kinds.counts[i] != b.kinds.counts[i]) return false;
+            if (a.kinds.counts[i] > 0 && (a.kinds.elems[i] != b.kinds.elems[i] || a.kinds.aligned[i] != b.kinds.aligned[i])) {
+                return false;
+            }
+        }
+        return a.blockFactor == b.blockFactor;
+    }
+
+    /** The pair's kinds, widest core, traffic and least knob correction (computed at its first opening). */
+    const RefitPair& PairOf(int b, int64_t c) {
+        RefitPair& p = w_.pairs[b][c];
+        if (p.known) return p;
+        if (stats_) ++stats_->pairs;
+        p.known = true;
+        p.kinds = KindsOf(n_, k_.elemBytes, blocks_[b], kTileStepBytes, c);  // kinds.cores == c: c <= its blocks
+        p.widest = 0;
+        bool widestAligned = false;
+        for (int i = 0; i < 3; ++i) {  // over the kinds that have cores: the others do not enter a prediction
+            if (p.kinds.counts[i] <= 0 || p.kinds.elems[i] <= 0) continue;
+            if (p.kinds.elems[i] > p.widest) widestAligned = false;
+            p.widest = std::max(p.widest, p.kinds.elems[i]);
+            if (p.kinds.elems[i] == p.widest && p.kinds.aligned[i]) widestAligned = true;
+        }
+        p.widestLines = widestAligned ? Lines::Aligned : Lines::Misaligned;
+        p.factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);
+        p.blockFactor = corrected_ ? s_.blockFactor[BlockClass(blocks_[b])] : 1.0;
+        p.trafficUs = (s_.launchUs + TrafficUs(p.kinds, k_, s_, agg_)) * p.factorFloor;
+        return p;
+    }
+
+    /** 3. A pair's range: its one-tile tiles as one candidate, the others split down to single tiles. */
+    void SplitPair(const RefitRange& r) {
+        const RefitPair& p = w_.pairs[r.block][r.cores];
+        const int64_t one = Ceil(p.widest, stepElems_);  // from this tile up every core runs one tile
+        if (r.tiLo >= one) return OneTile(p, r.cores, r.block, r.tiLo, r.tiHi);
+        if (r.tiHi >= one) {
+            Push(PairRange(p, r.cores, r.block, one, r.tiHi));
+            Push(PairRange(p, r.cores, r.block, r.tiLo, one - 1));
+            return;
+        }
+        if (r.tiLo == r.tiHi) return Config(p, r.cores, r.block, r.tiLo);
+        const int64_t mid = SplitPoint(p.widest, r.tiLo, r.tiHi);
+        Push(PairRange(p, r.cores, r.block, mid + 1, r.tiHi));
+        Push(PairRange(p, r.cores, r.block, r.tiLo, mid));
+    }
+
+    /** Tiles tiLo..tiHi that hold every core in one: they predict alike but for their knob correction (by
+     *  alignment class, which repeats every 8 tiles), so the largest tile of each class is its only candidate. */
+    void OneTile(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) {
+        const double us = OneTileUs(WithTile(p.kinds, tiHi * stepElems_), k_, s_, hit_);
+        for (int64_t ti = tiHi; ti >= tiLo && ti > tiHi - (corrected_ ? 8 : 1); --ti) {
+            const int64_t tile = ti * kTileStepBytes;
+            const double factor = KnobFactor(s_, k_, blocks_[b], bn_, tile, c);
+            Consider(factor != 1.0 ? us * factor : us, tile, c, b);  // PredictConfig's corrected prediction
+        }
+    }
+
+    /** 4. One configuration: its floor, its chain bound, and only then its simulation. */
+    void Config(const RefitPair& p, int64_t c, int b, int64_t ti) {
+        if (stats_) ++stats_->configs;
+        const int64_t tile = ti * kTileStepBytes, te = tile / k_.elemBytes;
+        const Kinds kd = WithTile(p.kinds, te);  // == KindsOf(n, elem, block, tile, cores)
+        const double factor = KnobFactor(s_, k_, blocks_[b], bn_, tile, c);
+        if (!CanWin(Floor(w_.lines[c].ConfigUs(kd, te)) * factor, tile, c, b)) return;
+        if (stats_) ++stats_->bounded;
+        const Prediction bound = Evaluate(kd, te, bn_, k_, s_, false, -1.0, hit_);
+        const double lower = bound.lower * factor;
+        if (!CanWin(lower - (kPruneMarginUs + kPruneRelative * lower), tile, c, b)) return;
+        if (stats_ && !bound.certain) ++stats_->simulated;
+        const double us = bound.certain ? bound.lower : Evaluate(kd, te, bn_, k_, s_, true, -1.0, hit_).us;
+        Consider(factor != 1.0 ? us * factor : us, tile, c, b);  // PredictConfig's corrected prediction
+    }
+
+    /** Queue a range that may still win: the lowest floor first, among equal floors the first in the
+     *  tie-break. A full queue searches the range at once, tile by tile: slower, never wrong. */
+    void Push(const RefitRange& r) {
+        if (stats_) ++stats_->ranges;
+        if (!CanWin(r)) return;
+        if (queued_ == kMaxRanges) return Exhaust(r);
+        RefitRange* q = w_.queue;
+        int64_t i = queued_++;
+        while (i > 0 && Sooner(r, q[(i - 1) / 2])) {  // a binary heap
+            q[i] = q[(i - 1) / 2];
+            i = (i - 1) / 2;
+        }
+        q[i] = r;
+        if (stats_) stats_->peakQueue = std::max<int64_t>(stats_->peakQueue, queued_);
+    }
+
+    RefitRange Pop() {
+        RefitRange* q = w_.queue;
+        const RefitRange top = q[0];
+        const RefitRange last = q[--queued_];
+        int64_t i = 0;
+        for (int64_t child = 1; child < queued_; child = 2 * i + 1) {
+            if (child + 1 < queued_ && Sooner(q[child + 1], q[child])) ++child;
+            if (!Sooner(q[child], last)) break;
+            q[i] = q[child];
+            i = child;
+        }
+        q[i] = last;
+        return top;
+    }
+
+    static bool Sooner(const RefitRange& a, const RefitRange& b) {
+        if (a.floor != b.floor) return a.floor < b.floor;
+        if (a.tiHi != b.tiHi) return a.tiHi > b.tiHi;
+        if (a.cores != b.cores) return a.cores > b.cores;
+        return a.block < b.block;
+    }
+
+    /** Every configuration of a range, one by one (what a full queue does instead of queueing it). */
+    void Exhaust(const RefitRange& r) {
+        const int first = r.block < 0 ? 0 : r.block, last = r.block < 0 ? nBlocks_ - 1 : r.block;
+        for (int b = first; b <= last; ++b) {
+            if (r.cores > coresMax_[b]) continue;
+            const RefitPair& p = PairOf(b, r.cores);
+            const int64_t one = Ceil(p.widest, stepElems_);
+            if (r.tiHi >= one) OneTile(p, r.cores, b, std::max<int64_t>(one, r.tiLo), r.tiHi);
+            for (int64_t ti = std::min<int64_t>(r.tiHi, one - 1); ti >= r.tiLo; --ti) Config(p, r.cores, b, ti);
+        }
+    }
+
+    RefitScratch& w_;
+    const int64_t n_;
+    const int64_t* blocks_;
+    const int nBlocks_;
+    const int64_t bn_, tiles_;
+    const KernelModel& k_;
+    const SocModel& s_;
+    RefitStats* stats_;
+    const double hit_, agg_;
+    const bool corrected_;
+    const int64_t stepElems_;  // elements per tile step
+    int64_t coresMax_[kMaxBlocks] = {};
+    int64_t widestTop_[kMaxCores + 1] = {};  // per core count: no pair's widest core holds more
+    int64_t topCores_ = 0;
+    int64_t queued_ = 0;
+    double bestUs_ = INFINITY;  // the least prediction seen (not rounded)
+    Best best_;
+};
+
+/** RefitSearch over one slice: tiles up to tileTop, the blocks in descending order, 1 to maxCores cores;
+ *  the seed (any configuration of the slice, or none) only speeds it up. */
 inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t bn, int64_t tileTop, int64_t maxCores,
                          const KernelModel& k, const SocModel& s, int64_t seedBlock, int64_t seedTile,
                          int64_t seedCores, RefitStats* stats = nullptr) {
-    static thread_local RefitScratch w;
-    RefitChoice best{-1, -1, -1, INFINITY};
     const int64_t tiles = std::min(tileTop / kTileStepBytes, kMaxTiles);
-    if (n <= 0 || nBlocks <= 0 || nBlocks > kMaxBlocks || tiles < 1) return best;
-    const int64_t elem = k.elemBytes;
-    const double hit = DefaultHit(k, s, n);
-    const double agg = Aggregate(s, hit);
-    const VectorFloor vecFloor(k, s);
-    const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
-    std::fill(w.linesKnown, w.linesKnown + kMaxCores + 1, false);
-    const double fixedBytes = Footprint(k, n) + static_cast<double>(k.scalarInputs * k.elemBytes);
-    const bool corrected = k.corrected && s.blockFactor != nullptr;
-    int64_t coresMax[kMaxBlocks];
-    int64_t topCores = 0;
-    for (int b = 0; b < nBlocks; ++b) {
-        coresMax[b] = std::min(std::min(maxCores, std::max<int64_t>(Ceil(n * elem, blocks[b]), 1)), kMaxCores);
-        topCores = std::max(topCores, coresMax[b]);
-    }
-    // The pairs in visiting order; until a pair's kinds are known, its bytes at the full bandwidth stand in
-    // for its traffic (every core's row copy included, no misalignment).
-    int nAlive = 0;
-    for (int64_t c = topCores; c >= 1; --c) {
-        const double floor = s.launchUs + (fixedBytes + static_cast<double>(c * (k.workspaceInputs * k.rowBytes))) / (agg * 1e3);
-        for (int b = 0; b < nBlocks; ++b) {
-            if (c > coresMax[b]) continue;
-            RefitPair& p = w.pairs[nAlive];
-            w.alive[nAlive] = static_cast<int16_t>(nAlive);
-            ++nAlive;
-            p.block = b;
-            p.cores = c;
-            p.known = false;
-            p.factorFloor = KnobFactorFloor(s, k, blocks[b], bn, c);
-            p.trafficUs = floor * p.factorFloor;
-            p.asleepAbove = tiles + 1;
-        }
-    }
-    double seedUs = INFINITY;  // 1. the seed
-    for (int b = 0; b < nBlocks; ++b) {
-        if (blocks[b] == seedBlock && 1 <= seedCores && seedCores <= coresMax[b] && seedTile >= kTileStepBytes &&
-            seedTile % kTileStepBytes == 0 && seedTile <= tiles * kTileStepBytes) {
-            seedUs = PredictConfig(n, seedBlock, bn, seedTile, seedCores, k, s, hit, true).us;
-        }
-    }
-    const double seedTie = seedUs + 1.0 / kTieScale;  // more than a tie's width above the seed: the seed beats it
-    double bestUs = INFINITY, bestKey = INFINITY;
-    auto ruledOut = [&](double bound, double margin, double seedLimit) {
-        return bound - margin >= bestUs || bound - margin > seedLimit;
-    };
-    for (int64_t ti = tiles; ti >= 1 && nAlive > 0;) {
-        const int64_t tile = ti * kTileStepBytes;
-        const int64_t te = tile / elem;
-        const double fullVec = VectorUs(static_cast<double>(te), k, s);  // the same full tile on every pair
-        int kept = 0;
-        int64_t nextTi = 0;  // the next tile at which some pair is awake
-        int64_t groupCores = -1;
-        bool groupOut = false;
-        for (int a = 0; a < nAlive; ++a) {
-            RefitPair& p = w.pairs[w.alive[a]];
-            if (p.cores != groupCores) {  // 2. every pair of this core count (they come together): one floor
-                groupCores = p.cores;
-                if (!w.linesKnown[groupCores]) {
-                    w.lines[groupCores] = CoreLines(groupCores, bn, k, s, agg, vecFloor, mte2Line, mte3Line);
-                    w.linesKnown[groupCores] = true;
-                }
-                const double group =
-                    w.lines[groupCores].GroupUs(n, groupCores, te) * KnobFactorFloor(s, k, -1, bn, groupCores);
-                groupOut = ruledOut(group, kPruneMarginUs + 1e-9 * std::fabs(group), seedTie);
-            }
-            if (groupOut) continue;  // dropped, asleep or not: the floor only rises as tiles shrink
-            if (ti > p.asleepAbove) {  // 4. asleep: kept, in place
-                w.alive[kept++] = w.alive[a];
-                nextTi = std::max(nextTi, std::min(ti - 1, p.asleepAbove));
-                continue;
-            }
-            if (ruledOut(p.trafficUs, 0.0, seedUs)) continue;  // 2. traffic
-            if (!p.known) {
-                p.known = true;
-                p.kinds = KindsOf(n, elem, blocks[p.block], kTileStepBytes, p.cores);
-                p.widest = 0;  // over the kinds that have cores: the others do not enter a prediction
-                for (int i = 0; i < 3; ++i) {
-                    if (p.kinds.counts[i] > 0) p.widest = std::max(p.widest, p.kinds.elems[i]);
-                }
-                p.trafficUs = (s.launchUs + TrafficUs(p.kinds, k, s, agg)) * p.factorFloor;
-                p.floor = CoreBound(p.kinds, w.lines[p.cores]);  // p.kinds.cores == p.cores: cores <= blocks
-                if (ruledOut(p.trafficUs, 0.0, seedUs)) continue;
-            }
-            if (stats) ++stats->visited;
-            const double floor = p.floor.Us(te) * p.factorFloor;  // 3. the pair's floor
-            if (ruledOut(floor, kPruneMarginUs + 1e-9 * std::fabs(floor), seedTie)) continue;
-            int64_t teLow = te;  // 4. the tiles down to teLow give the widest core as many tiles as te does
-            const double interval = p.floor.IntervalUs(te, &teLow) * p.factorFloor;
-            const bool intervalOut = ruledOut(interval, kPruneMarginUs + 1e-9 * std::fabs(interval), seedTie);
-            const double factor = KnobFactor(s, k, blocks[p.block], bn, tile, p.cores);
-            if (intervalOut) {
-                p.asleepAbove = (teLow * elem - 1) / kTileStepBytes;  // none of them can win: asleep until below
-            } else if (te >= p.widest) {
-                p.asleepAbove = Ceil(p.widest * elem, kTileStepBytes) - 1;
-                if (corrected) {  // the same prediction down to there, but a cheaper alignment's factor may win
-                    for (int64_t below = ti - 1; below > p.asleepAbove; --below) {
-                        if (KnobFactor(s, k, blocks[p.block], bn, below * kTileStepBytes, p.cores) < factor) {
-                            p.asleepAbove = below;
-                            break;
-                        }
-                    }
-                }
-            }
-            Kinds kd{};
-            bool configOut = false;
-            if (!intervalOut) {
-                kd = WithTile(p.kinds, te);  // 5. the configuration: == KindsOf(n, elem, block, tile, cores)
-                const double linear = p.floor.ConfigUs(kd, te) * factor;
-                configOut = ruledOut(linear, kPruneMarginUs + 1e-9 * std::fabs(linear), seedTie);
-                if (configOut && te < p.widest) {  // 6. and the tiles below it that cannot win either (galloping)
-                    int64_t lowest = ti;
-                    for (int64_t step = 1; ti - step >= 1; step *= 2) {
-                        const int64_t lo = (ti - step) * kTileStepBytes / elem;
-                        if (lo < teLow) break;
-                        const double range = p.floor.RangeUs(te, lo) * p.factorFloor;
-                        if (!ruledOut(range, kPruneMarginUs + 1e-9 * std::fabs(range), seedTie)) break;
-                        lowest = ti - step;
-                    }
-                    if (lowest < ti) p.asleepAbove = lowest - 1;
-                }
-            }
-            w.alive[kept++] = w.alive[a];
-            nextTi = std::max(nextTi, std::min(ti - 1, p.asleepAbove));
-            if (intervalOut || configOut) continue;
-            double us = 0.0;
-            if (te >= p.widest) {  // one tile per core: the prediction directly
-                us = OneTileUs(kd, k, s, hit);
-            } else {  // 7. the chain bound (Evaluate without the schedule), then the simulation unless it is exact
-                const Prediction bound = Evaluate(kd, te, bn, k, s, false, fullVec, hit);
-                if (stats) ++stats->bounded;
-                const double lower = bound.lower * factor;
-                if (ruledOut(lower, kPruneMarginUs + kPruneRelative * lower, seedUs)) continue;
-                if (stats && !bound.certain) ++stats->simulated;
-                us = bound.certain ? bound.lower : Evaluate(kd, te, bn, k, s, true, fullVec, hit).us;
-            }
-            if (factor != 1.0) us = us * factor;  // PredictConfig's corrected prediction
-            const double key = TieKey(us);
-            if (key < bestKey) {
-                bestKey = key;
-                best.blockBytes = blocks[p.block];
-                best.tileBytes = tile;
-                best.coreNum = p.cores;
-            }
-            bestUs = std::min(bestUs, us);
-        }
-        nAlive = kept;
-        ti = nextTi;  // the tiles between predict what they predicted above them: nothing to visit
-    }
-    best.us = bestUs;
-    return best;
+    if (n <= 0 || nBlocks <= 0 || nBlocks > kMaxBlocks || tiles < 1) return RefitChoice{-1, -1, -1, INFINITY};
+    static thread_local RefitScratch scratch;  // ~290 KiB per thread, reused: not on the stack, not allocated per call
+    RefitSearch search(scratch, n, blocks, nBlocks, bn, tiles, maxCores, k, s, stats);
+    search.Seed(seedBlock, seedTile, seedCores);
+    return search.Run();
 }
 
 }  // namespace cost

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import compile_cpp_driver
 
 from kernel.host_tiling import HostKnobs, build_host_tiling, query_host_tiling
 from service.config import SHIPPED_TABLES
@@ -169,6 +170,16 @@ def test_an_untuned_soc_gets_the_defaults_and_an_empty_tensor_no_launch(exe: Pat
     want = compute_tiling([4096], Variant("float32", "none", True), TilingParams(), "Ascend910B2")
     assert out[:6] == ["miss", "0", "0", "0", "0", "table"]
     assert [int(w) for w in out[6:]] == [*want.field_dict().values(), want.block_dim]
+
+
+def test_the_refit_picks_what_every_configuration_predicted_picks(tmp_path: Path) -> None:
+    """The re-fit is a branch and bound: its pick and least prediction are those of the whole slice predicted
+    one configuration at a time, over random sizes, variants, block subsets, buffer counts, core caps, tile
+    tops, seeds and knob corrections (tests/kernel/cpp/refit_exhaustive.cpp)."""
+    exe = compile_cpp_driver("refit_exhaustive.cpp", tmp_path)
+    r = subprocess.run([str(exe), "250", "20261202"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert r.stdout.strip().endswith("250 cases, 0 disagreements")
 
 
 def test_microbenchmark_builds_and_reports_every_kind_of_call(tmp_path: Path) -> None:

@@ -1,0 +1,104 @@
+// The re-fit (bce_grad::cost::Refit, a branch and bound) against every configuration of its slice predicted
+// one by one (PredictConfig) with the space's tie-break: random sizes, kernel variants of the generated
+// table, block subsets, buffer counts, core caps, tile tops, seeds (valid or not) and knob corrections.
+// Prints one line per disagreement and a summary; exits 1 on any.
+// Usage: refit_exhaustive <cases> <seed>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "bce_grad_tuned_tiling.h"
+
+namespace {
+
+using bce_grad::cost::PredictConfig;
+using bce_grad::cost::RefitChoice;
+using bce_grad::cost::TieKey;
+
+struct Pick {
+    int64_t block = -1, tile = -1, cores = -1;
+    double key = INFINITY, us = INFINITY;
+};
+
+// Every configuration, in the space's tie-break order (larger tile, more cores, larger block first): the first
+// of the least rounded prediction, and the least prediction.
+Pick Exhaustive(int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64_t tiles, int64_t maxCores,
+                const bce_grad::cost::KernelModel& k, const bce_grad::cost::SocModel& s) {
+    Pick best;
+    const double hit = bce_grad::cost::DefaultHit(k, s, n);
+    for (int64_t ti = tiles; ti >= 1; --ti) {
+        for (int64_t c = std::min<int64_t>(maxCores, bce_grad::cost::kMaxCores); c >= 1; --c) {
+            for (int64_t b : blocks) {
+                if (c > std::max<int64_t>(bce_grad::cost::Ceil(n * k.elemBytes, b), 1)) continue;
+                const double us = PredictConfig(n, b, bn, ti * bce_grad::cost::kTileStepBytes, c, k, s, hit, true).us;
+                best.us = std::min(best.us, us);
+                if (TieKey(us) < best.key) best = Pick{b, ti * bce_grad::cost::kTileStepBytes, c, TieKey(us), best.us};
+            }
+        }
+    }
+    return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        std::fprintf(stderr, "usage: refit_exhaustive <cases> <seed>\n");
+        return 2;
+    }
+    const int cases = std::atoi(argv[1]);
+    std::mt19937_64 rng(std::strtoull(argv[2], nullptr, 10));
+    const size_t kernels = std::size(bce_grad::tuned::kKernels), socs = std::size(bce_grad::tuned::kSocs);
+    int wrong = 0;
+    for (int i = 0; i < cases; ++i) {
+        bce_grad::cost::SocModel s = bce_grad::tuned::kSocs[rng() % socs];
+        bce_grad::cost::KernelModel k = bce_grad::tuned::kKernels[rng() % kernels];
+        double blockF[bce_grad::cost::kBlockClasses], bufferF[bce_grad::cost::kBufferClasses];
+        double alignF[bce_grad::cost::kAlignClasses], coreF[bce_grad::cost::kCoreClasses];
+        const bool corrected = rng() % 3 == 0;  // a device-fitted profile's knob correction
+        if (corrected) {
+            std::uniform_real_distribution<double> factor(0.8, 1.25);
+            for (double& f : blockF) f = factor(rng);
+            for (double& f : bufferF) f = factor(rng);
+            for (double& f : alignF) f = rng() % 2 ? 1.0 : factor(rng);
+            for (double& f : coreF) f = factor(rng);
+            s.blockFactor = blockF;
+            s.bufferFactor = bufferF;
+            s.alignFactor = alignF;
+            s.coreFactor = coreF;
+            k.corrected = true;
+        }
+        const double logN = std::uniform_real_distribution<double>(0.0, std::log(4e8))(rng);
+        const int64_t n = rng() % 16 == 0 ? 1 + static_cast<int64_t>(rng() % 8) : std::max<int64_t>(1, std::exp(logN));
+        if (k.rowInputs > 0) k.rowLen = 1 + static_cast<int64_t>(rng() % 5000);
+        std::vector<int64_t> blocks;
+        for (int64_t b : bce_grad::tuned::kBlockChoices) {
+            if (rng() % 3 != 0) blocks.push_back(b);
+        }
+        if (blocks.empty()) blocks.push_back(bce_grad::tuned::kBlockChoices[rng() % std::size(bce_grad::tuned::kBlockChoices)]);
+        const int64_t bn = 1 + static_cast<int64_t>(rng() % 4);
+        const int64_t maxCores = rng() % 4 == 0 ? 1 + static_cast<int64_t>(rng() % s.aivCores) : s.aivCores;
+        const int64_t tileTop = bce_grad::cost::kTileStepBytes * (1 + static_cast<int64_t>(rng() % (rng() % 2 ? 60 : 380)));
+        const int64_t seedBlock = rng() % 4 == 0 ? 0 : blocks[rng() % blocks.size()];
+        const int64_t seedTile = bce_grad::cost::kTileStepBytes * (1 + static_cast<int64_t>(rng() % 64));
+        const int64_t seedCores = 1 + static_cast<int64_t>(rng() % 48);
+        const RefitChoice got = bce_grad::cost::Refit(n, blocks.data(), static_cast<int>(blocks.size()), bn, tileTop,
+                                                      maxCores, k, s, seedBlock, seedTile, seedCores);
+        const Pick want = Exhaustive(n, blocks, bn, tileTop / bce_grad::cost::kTileStepBytes, maxCores, k, s);
+        if (got.blockBytes != want.block || got.tileBytes != want.tile || got.coreNum != want.cores || got.us != want.us) {
+            ++wrong;
+            std::printf("case %d: %s n=%lld bn=%lld tile_top=%lld max_cores=%lld corrected=%d: re-fit (%lld, %lld, %lld, %.12g) "
+                        "exhaustive (%lld, %lld, %lld, %.12g)\n",
+                        i, s.name, static_cast<long long>(n), static_cast<long long>(bn), static_cast<long long>(tileTop),
+                        static_cast<long long>(maxCores), corrected, static_cast<long long>(got.blockBytes),
+                        static_cast<long long>(got.tileBytes), static_cast<long long>(got.coreNum), got.us,
+                        static_cast<long long>(want.block), static_cast<long long>(want.tile),
+                        static_cast<long long>(want.cores), want.us);
+        }
+    }
+    std::printf("%d cases, %d disagreements\n", cases, wrong);
+    return wrong == 0 ? 0 : 1;
+}
