@@ -70,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-active", type=int, default=env.max_active, help="requests in progress per worker (past it: 503 at once)"
     )
     parser.add_argument(
+        "--shed-wait", type=float, default=env.shed_wait_s, help="s the requests in progress may take (past it: 503)"
+    )
+    parser.add_argument(
         "--heavy-workers", type=int, default=env.heavy_workers, help="worker processes for explanations and pictures"
     )
     parser.add_argument(
@@ -108,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_connections=a.max_connections,
         batch_budget_s=a.batch_budget,
         max_active=a.max_active,
+        shed_wait_s=a.shed_wait,
         heavy_workers=a.heavy_workers,
         per_client=a.per_client,
         max_queued=a.max_queued,
@@ -130,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_config=logs.uvicorn_log_config(settings.log_level),
         access_log=a.access_log,
         http=GuardedHttpToolsProtocol,
+        # not uvloop: saturated, it accepts one new connection per pass over the others (measured: at 1,000
+        # connections the last ones waited 2-15 s for their first answer); asyncio's loop accepts them all
+        loop="asyncio",
         limit_concurrency=connection_cap(settings.max_connections),
         timeout_keep_alive=settings.keepalive_timeout_s,
     )

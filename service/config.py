@@ -28,7 +28,8 @@ class Settings:
     keepalive_timeout_s: int = 5  # idle keep-alive connections close after this
     max_connections: int = 1000  # open connections per worker; past it a request gets a 503 (Retry-After)
     batch_budget_s: float = 2.0  # server time one batch may spend on answers not cached yet; past it: 503
-    max_active: int = 256  # requests in progress per worker; past it a request gets a 503 at once (Retry-After)
+    max_active: int = 1024  # requests in progress per worker; past it a request gets a 503 at once (Retry-After)
+    shed_wait_s: float = 2.0  # past this wait for the requests in progress (measured rate): a 503 at once
     heavy_workers: int = 1  # worker processes for explanations and pictures (service.scheduler)
     per_client: int = 4  # explanations, pictures and batches one client address may have in flight; past it: 429
     max_queued: int = 32  # explanations and pictures waiting for a worker; past it: 503
@@ -55,6 +56,7 @@ class Settings:
             max_connections=int(env.get("BCETUNE_MAX_CONNECTIONS", d.max_connections)),
             batch_budget_s=float(env.get("BCETUNE_BATCH_BUDGET", d.batch_budget_s)),
             max_active=int(env.get("BCETUNE_MAX_ACTIVE", d.max_active)),
+            shed_wait_s=float(env.get("BCETUNE_SHED_WAIT", d.shed_wait_s)),
             heavy_workers=int(env.get("BCETUNE_HEAVY_WORKERS", d.heavy_workers)),
             per_client=int(env.get("BCETUNE_PER_CLIENT", d.per_client)),
             max_queued=int(env.get("BCETUNE_MAX_QUEUED", d.max_queued)),
@@ -81,6 +83,7 @@ class Settings:
             "BCETUNE_MAX_CONNECTIONS": str(self.max_connections),
             "BCETUNE_BATCH_BUDGET": str(self.batch_budget_s),
             "BCETUNE_MAX_ACTIVE": str(self.max_active),
+            "BCETUNE_SHED_WAIT": str(self.shed_wait_s),
             "BCETUNE_HEAVY_WORKERS": str(self.heavy_workers),
             "BCETUNE_PER_CLIENT": str(self.per_client),
             "BCETUNE_MAX_QUEUED": str(self.max_queued),
@@ -100,8 +103,8 @@ class Settings:
             raise ValueError("max header must be >= 1024 B, request timeout > 0 s, keep-alive timeout >= 1 s")
         if self.max_connections < 1 or self.batch_budget_s <= 0:
             raise ValueError("max connections must be >= 1 and the batch budget > 0 s")
-        if self.max_active < 1:
-            raise ValueError("max active must be >= 1")
+        if self.max_active < 1 or self.shed_wait_s <= 0:
+            raise ValueError("max active must be >= 1 and the shedding wait > 0 s")
         if self.heavy_workers < 1 or self.per_client < 1 or self.max_queued < 0 or not 0 < self.batch_share < 1:
             raise ValueError("heavy workers and per-client share must be >= 1, max queued >= 0, batch share in (0, 1)")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):

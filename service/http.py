@@ -14,10 +14,17 @@ servers set by default, which uvicorn leaves open.
   been idle longest, if for a second at least (an idle keep-alive connection may be closed at any
   time), and is served; only where none is does it get a JSON 503 with Retry-After (file descriptors
   run out first).
-- Shedding: past ``max_active`` requests in progress (BCETUNE_MAX_ACTIVE; 256: at a cold answer's
-  cost, about 0.1 s of queue), a request gets a JSON 503 with Retry-After at once rather than an
-  answer seconds late, and its connection is closed (kept open, a client that retries at once spins
-  on cheap 503s: measured, 394,231 of them against 15,602 answers in 30 s at 1,000 connections).
+- Shedding: where the requests in progress would take more than ``shed_wait_s`` (BCETUNE_SHED_WAIT,
+  2 s) to answer at the rate the server has been answering while busy (DrainRate), or past
+  ``max_active`` of them (BCETUNE_MAX_ACTIVE, 1024, a hard cap), a request gets a JSON 503 with
+  Retry-After at once rather than an answer seconds late, and its connection is closed (kept open, a
+  client that retries at once spins on cheap 503s: measured, 394,231 of them against 15,602 answers in
+  30 s at 1,000 connections). A wait, not a count: one loop pass parses hundreds of requests before any
+  of them runs, and cached answers drain ten times faster than cold ones. Why 2 s and not less: each
+  refusal costs a connection's close and the client's reconnect, and clients that retry at once turn a
+  short deadline into more refusals than answers (1,000 wrk connections, 30 s, distinct mix: at 0.15 s,
+  10,463 answers beside 93,514 refusals; without shedding, 44,638 answers, p99 0.91 s: the queue of
+  1,000 clients at the server's rate, which no fair order shortens).
 
 The limits come from uvicorn's Config (``limit_concurrency``) and from BCETUNE_MAX_HEADER_BYTES and
 BCETUNE_REQUEST_TIMEOUT (``python -m service`` sets them from its settings for every worker).
@@ -37,10 +44,39 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 DEFAULT_MAX_HEADER_BYTES = 16384
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
-DEFAULT_MAX_ACTIVE = 256  # Settings.max_active
+DEFAULT_MAX_ACTIVE = 1024  # Settings.max_active
+DEFAULT_SHED_WAIT_S = 2.0  # Settings.shed_wait_s
 MIN_IDLE_S = 1.0  # what an idle connection must have been idle for to be closed for another's request
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+
+
+class DrainRate:
+    """Requests answered per second while others wait: the server's capacity as measured, what the
+    shedding divides the requests in progress by. One per server (all its connections), smoothed over
+    windows of WINDOW_S in which requests were waiting from start to end (an idle spell says nothing)."""
+
+    WINDOW_S = 0.1
+
+    def __init__(self, per_s: float = 2000.0) -> None:
+        self.per_s = per_s
+        self._since = time.monotonic()
+        self._done = 0
+        self._busy_from_start = False
+
+    def answered(self, waiting: int) -> None:
+        """One answer complete, ``waiting`` requests still in progress."""
+        self._done += 1
+        now = time.monotonic()
+        span = now - self._since
+        if span >= self.WINDOW_S:
+            if self._busy_from_start and waiting > 0:
+                self.per_s = 0.7 * self.per_s + 0.3 * (self._done / span)
+            self._since, self._done, self._busy_from_start = now, 0, waiting > 0
+
+    def wait_s(self, in_progress: int) -> float:
+        """How long ``in_progress`` requests take to answer at the measured rate."""
+        return in_progress / self.per_s
 
 
 class _Refuse(Exception):
@@ -66,7 +102,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             "bcetune_idle", OrderedDict()
         )
         self.connection_cap, self.limit_concurrency = self.limit_concurrency, None  # uvicorn's check is ours
+        # connections this server has closed whose close has not completed yet (their connection_lost comes a
+        # loop pass later): not counted against the cap, or each refusal's reconnect would be refused too
+        self._closing: set[GuardedHttpToolsProtocol] = self.server_state.__dict__.setdefault("bcetune_closing", set())
         self.max_active = int(os.environ.get("BCETUNE_MAX_ACTIVE", DEFAULT_MAX_ACTIVE))
+        self.shed_wait_s = float(os.environ.get("BCETUNE_SHED_WAIT", DEFAULT_SHED_WAIT_S))
+        self._drain: DrainRate = self.server_state.__dict__.setdefault("bcetune_drain", DrainRate())
         self.max_header_bytes = int(os.environ.get("BCETUNE_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES))
         self.request_timeout_s = float(os.environ.get("BCETUNE_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S))
 
@@ -104,6 +145,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._drain.answered(len(self.tasks))
         if not self.pipeline:
             self._idle[self] = time.monotonic()  # idle from now: the newest
         if self._deferred is not None and not self._busy():
@@ -113,7 +155,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._deferred = None
         if not self.transport.is_closing():
             self.transport.write(payload)
-            self.transport.close()
+            self._close()
+
+    def _close(self) -> None:
+        self._closing.add(self)
+        self.transport.close()
 
     def _refuse(self, status: int, msg: str, retry_after: int | None = None) -> None:
         """Answer ``status`` with the service's JSON error and close the connection: after the answers
@@ -144,6 +190,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._idle.pop(self, None)
+        self._closing.discard(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -203,12 +250,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._headers_done = True
         cap = self.connection_cap
-        if cap is not None and len(self.connections) >= cap and not self._evict_idle():
+        if cap is not None and len(self.connections) - len(self._closing) >= cap and not self._evict_idle():
             raise _Refuse(503, f"the server is at its limit of {cap} connections, none idle; retry shortly")
+        # at once, and the connection closed: kept open, a client that retries at once (wrk, a hostile
+        # one) spins on cheap 503s that take the loop from the requests in progress
         if len(self.tasks) >= self.max_active:
-            # at once, and the connection closed: kept open, a client that retries at once (wrk, a
-            # hostile one) spins on cheap 503s that take the loop from the requests in progress
             raise _Refuse(503, f"the server has {self.max_active} requests in progress; retry shortly")
+        wait = self._drain.wait_s(len(self.tasks) + 1)
+        if wait > self.shed_wait_s:
+            raise _Refuse(
+                503,
+                f"the requests in progress would take {wait:.2f} s to answer, over {self.shed_wait_s:g} s; "
+                "retry shortly",
+            )
         super().on_headers_complete()
 
     def _evict_idle(self) -> bool:
@@ -221,7 +275,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 return False
             del self._idle[oldest]
             if not oldest.transport.is_closing():
-                oldest.transport.close()
+                oldest._close()
                 return True
         return False
 

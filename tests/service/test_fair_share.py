@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from service_helpers import GOOD, Server, _wait_for, entry, make_table
+from service_helpers import GOOD, Server, _free_port, _wait_for, entry, make_table
 
 from tiling_model.tables import write_table
 
@@ -135,3 +137,46 @@ def test_past_the_in_progress_cap_a_request_is_refused_at_once_with_retry_after(
     assert set(codes) <= {200, 503} and codes.count(503) >= 1 and codes.count(200) >= 4, codes
     shed = next(r for r in got if r.status_code == 503)
     assert shed.headers["retry-after"] == "1" and "requests in progress" in shed.json()["detail"][0]["msg"]
+
+
+def test_a_request_that_would_wait_past_the_shedding_deadline_is_refused_at_once(tables: Path) -> None:
+    """The deadline is a wait at the measured rate (no measurement yet: 2,000 answers a second assumed), so
+    a deadline below one answer's share refuses even the first request, with Retry-After, and closes."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(port), "--tables", str(tables),
+                             "--reload-interval", "0", "--shed-wait", "0.0001"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:  # up when it answers at all (its health check is refused too)
+            try:
+                r = httpx.post(url + "/tiling", json={"shape": [1024], "dtype": "float32"})
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "service did not come up"
+                time.sleep(0.1)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.headers["connection"] == "close"
+        assert "would take" in r.json()["detail"][0]["msg"] and "over 0.0001 s" in r.json()["detail"][0]["msg"]
+        assert httpx.get(url + "/healthz").status_code == 503  # every request: none can be answered in time
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_drain_rate_is_measured_only_while_requests_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service import http
+
+    now = [100.0]
+    monkeypatch.setattr(http.time, "monotonic", lambda: now[0])
+    rate = http.DrainRate(per_s=2000.0)
+    for _ in range(3):  # idle answers, one at a time, far apart: says nothing about capacity
+        now[0] += 1.0
+        rate.answered(waiting=0)
+    assert rate.per_s == 2000.0
+    for _ in range(50):  # 500 answers a second with a queue from start to end, windows of 0.1 s
+        for _ in range(50):
+            now[0] += 0.002
+            rate.answered(waiting=10)
+    assert 499 < rate.per_s < 510
+    assert rate.wait_s(100) == pytest.approx(100 / rate.per_s)
