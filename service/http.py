@@ -10,10 +10,11 @@ servers set by default, which uvicorn leaves open.
 - Request deadline: a request must arrive complete (headers and body) within ``request_timeout_s``
   of the connection opening or of its first byte; a slow or silent client gets a 408 and is cut
   off. Idle keep-alive connections close after uvicorn's ``timeout_keep_alive``.
-- Connection cap: at ``limit_concurrency`` open connections, a request closes the connection that has
-  been idle longest, if for a second at least (an idle keep-alive connection may be closed at any
-  time), and is served; only where none is does it get a JSON 503 with Retry-After (file descriptors
-  run out first).
+- Connection cap: at ``limit_concurrency`` open connections, a new connection's first request closes
+  the connection that has been idle longest, if for a second at least (an idle keep-alive connection
+  may be closed at any time), and is served; only where none is does it get a JSON 503 with
+  Retry-After (file descriptors run out first). A connection already served is not refused for the
+  cap: it is counted already, and a flood of new connections must not cost established clients theirs.
 - Shedding: where the requests in progress would take more than ``shed_wait_s`` (BCETUNE_SHED_WAIT,
   2 s) to answer at the rate the server has been answering while busy (DrainRate), or past
   ``max_active`` of them (BCETUNE_MAX_ACTIVE, 1024, a hard cap), a request gets a JSON 503 with
@@ -97,6 +98,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._began_in_read = False  # a request began within the read being parsed
         self._deferred: bytes | None = None  # a refusal waiting for the answers before it
         self._refused = False
+        self._served = False  # an answer completed on this connection: past the cap's check
         # the server's idle connections, longest idle first (one registry per server, O(1) to evict)
         self._idle: OrderedDict[GuardedHttpToolsProtocol, float] = self.server_state.__dict__.setdefault(
             "bcetune_idle", OrderedDict()
@@ -145,6 +147,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._served = True
         self._drain.answered(len(self.tasks))
         if not self.pipeline:
             self._idle[self] = time.monotonic()  # idle from now: the newest
@@ -250,7 +253,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._headers_done = True
         cap = self.connection_cap
-        if cap is not None and len(self.connections) - len(self._closing) >= cap and not self._evict_idle():
+        at_cap = cap is not None and not self._served and len(self.connections) - len(self._closing) >= cap
+        if at_cap and not self._evict_idle():
             raise _Refuse(503, f"the server is at its limit of {cap} connections, none idle; retry shortly")
         # at once, and the connection closed: kept open, a client that retries at once (wrk, a hostile
         # one) spins on cheap 503s that take the loop from the requests in progress

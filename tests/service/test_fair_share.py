@@ -180,3 +180,28 @@ def test_the_drain_rate_is_measured_only_while_requests_wait(monkeypatch: pytest
             rate.answered(waiting=10)
     assert 499 < rate.per_s < 510
     assert rate.wait_s(100) == pytest.approx(100 / rate.per_s)
+
+
+def test_at_the_connection_cap_an_established_client_keeps_its_connection(tables: Path) -> None:
+    """A flood of fresh connections (none idle a second yet) refuses new clients, not one already served."""
+    srv = Server(tables, "--reload-interval", "0", "--max-connections", "5")
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    held: list[socket.socket] = []
+    try:
+        client = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        client.sendall(request)
+        assert client.recv(65536).startswith(b"HTTP/1.1 200")
+        held = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(8)]
+        time.sleep(0.2)  # accepted, and idle for less than a second: not to be closed for another's request
+        client.sendall(request)
+        assert client.recv(65536).startswith(b"HTTP/1.1 200")
+        newcomer = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        newcomer.sendall(request)
+        answer = newcomer.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 503") and b"retry-after" in answer.lower()
+        client.close()
+        newcomer.close()
+    finally:
+        for h in held:
+            h.close()
+        srv.stop()
