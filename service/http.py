@@ -133,7 +133,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             slow.disconnected = True  # the app's receive() now answers http.disconnect
             slow.message_event.set()
             if slow.response_started:
-                self.transport.close()
+                self._close()
                 return
             for queued in [item for item in self.pipeline if item[0] is slow]:  # pipelined: never to run
                 self.pipeline.remove(queued)
@@ -161,6 +161,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._close()
 
     def _close(self) -> None:
+        """Close the connection, counted as gone for the cap from now (its connection_lost comes later)."""
         self._closing.add(self)
         self.transport.close()
 
@@ -209,7 +210,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if self.cycle is not None:
                 self.cycle.keep_alive = False
             else:
-                self.transport.close()
+                self._close()
             return
         except httptools.HttpParserError as e:
             # httptools wraps an exception raised in a callback (ours: _Refuse) as this error's context

@@ -836,9 +836,12 @@ struct RefitScratch {
  */
 class RefitSearch {
 public:
+    /** queueLimit: ranges waiting at most (up to kMaxRanges; a smaller one only exercises the fallback). */
     RefitSearch(RefitScratch& w, int64_t n, const int64_t* blocks, int nBlocks, int64_t bn, int64_t tiles,
-                int64_t maxCores, const KernelModel& k, const SocModel& s, RefitStats* stats)
+                int64_t maxCores, const KernelModel& k, const SocModel& s, RefitStats* stats,
+                int queueLimit = kMaxRanges)
         : w_(w), n_(n), blocks_(blocks), nBlocks_(nBlocks), bn_(bn), tiles_(tiles), k_(k), s_(s), stats_(stats),
+          queueLimit_(std::min(std::max(queueLimit, 1), kMaxRanges)),
           hit_(DefaultHit(k, s, n)), agg_(Aggregate(s, hit_)), corrected_(k.corrected && s.blockFactor != nullptr),
           stepElems_(kTileStepBytes / k.elemBytes) {
         const VectorFloor vec(k, s);
@@ -1076,7 +1079,7 @@ private:
     void Push(const RefitRange& r) {
         if (stats_) ++stats_->ranges;
         if (!CanWin(r)) return;
-        if (queued_ == kMaxRanges) return Exhaust(r);
+        if (queued_ == queueLimit_) return Exhaust(r);
         RefitRange* q = w_.queue;
         int64_t i = queued_++;
         while (i > 0 && Sooner(r, q[(i - 1) / 2])) {  // a binary heap
@@ -1129,6 +1132,7 @@ private:
     const KernelModel& k_;
     const SocModel& s_;
     RefitStats* stats_;
+    const int queueLimit_;
     const double hit_, agg_;
     const bool corrected_;
     const int64_t stepElems_;  // elements per tile step

@@ -1,6 +1,7 @@
 // The re-fit (bce_grad::cost::Refit, a branch and bound) against every configuration of its slice predicted
 // one by one (PredictConfig) with the space's tie-break: random sizes, kernel variants of the generated
-// table, block subsets, buffer counts, core caps, tile tops, seeds (valid or not) and knob corrections.
+// table, block subsets, buffer counts, core caps, tile tops, seeds (valid or not) and knob corrections; and the
+// same search with a queue of 4 ranges, where the full queue's fallback does most of the work.
 // Prints one line per disagreement and a summary; exits 1 on any.
 // Usage: refit_exhaustive <cases> <seed>
 #include <algorithm>
@@ -88,6 +89,19 @@ int main(int argc, char** argv) {
         const RefitChoice got = bce_grad::cost::Refit(n, blocks.data(), static_cast<int>(blocks.size()), bn, tileTop,
                                                       maxCores, k, s, seedBlock, seedTile, seedCores);
         const Pick want = Exhaustive(n, blocks, bn, tileTop / bce_grad::cost::kTileStepBytes, maxCores, k, s);
+        // and with a queue of 4 ranges: the full queue's fallback (every configuration of a range at once)
+        static bce_grad::cost::RefitScratch scratch;
+        bce_grad::cost::RefitSearch small(scratch, n, blocks.data(), static_cast<int>(blocks.size()), bn,
+                                          std::min(tileTop / bce_grad::cost::kTileStepBytes, bce_grad::cost::kMaxTiles),
+                                          maxCores, k, s, nullptr, 4);
+        small.Seed(seedBlock, seedTile, seedCores);
+        const RefitChoice full = small.Run();
+        if (full.blockBytes != got.blockBytes || full.tileBytes != got.tileBytes || full.coreNum != got.coreNum ||
+            full.us != got.us) {
+            ++wrong;
+            std::printf("case %d: a queue of 4 picks (%lld, %lld, %lld, %.12g)\n", i, static_cast<long long>(full.blockBytes),
+                        static_cast<long long>(full.tileBytes), static_cast<long long>(full.coreNum), full.us);
+        }
         if (got.blockBytes != want.block || got.tileBytes != want.tile || got.coreNum != want.cores || got.us != want.us) {
             ++wrong;
             std::printf("case %d: %s n=%lld bn=%lld tile_top=%lld max_cores=%lld corrected=%d: re-fit (%lld, %lld, %lld, %.12g) "
