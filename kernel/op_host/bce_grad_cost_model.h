@@ -159,6 +159,38 @@ inline Kinds KindsOf(int64_t n, int64_t elem, int64_t block, int64_t tile, int64
     return k;
 }
 
+/** KindsOf's widest kind that has cores (at any tile: tiles are whole kTileStepBytes), without the tiles: its
+ *  elements, and whether it is aligned (if two kinds are the widest, whether either is). What the re-fit bounds a
+ *  (block, cores) pair's core time by; tests/kernel/cpp/refit_exhaustive.cpp checks it against KindsOf. */
+struct WidestKind {
+    int64_t elems;
+    bool aligned;
+};
+
+inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreNum) {
+    static_assert(kTileStepBytes % kGmAlignBytes == 0, "every tile's stride is aligned");
+    const int64_t blockElems = block / elem;
+    const int64_t blocks = Ceil(n, blockElems);
+    const int64_t cores = std::max<int64_t>(std::min(coreNum, blocks), 1);
+    const int64_t every = blocks / cores;
+    const int64_t tailBlocks = blocks - every * cores;
+    const int64_t small = every * blockElems;
+    const int64_t big = small + blockElems;
+    const int64_t last = n - (big * tailBlocks + small * (cores - 1 - tailBlocks));
+    // KindsOf's big (tailBlocks cores), small (cores - 1 - tailBlocks) and last (one) kinds, 0 where no core runs
+    const int64_t elems[3] = {tailBlocks > 0 ? big : 0, cores - 1 - tailBlocks > 0 ? small : 0, last};
+    const bool aligned[3] = {(big * elem) % kGmAlignBytes == 0 || tailBlocks <= 1,
+                             (big * tailBlocks * elem) % kGmAlignBytes == 0 && (small * elem) % kGmAlignBytes == 0,
+                             ((n - last) * elem) % kGmAlignBytes == 0};
+    WidestKind w{0, false};
+    for (int i = 0; i < 3; ++i) {
+        if (elems[i] <= 0) continue;
+        if (elems[i] > w.elems) w = WidestKind{elems[i], false};
+        if (elems[i] == w.elems && aligned[i]) w.aligned = true;
+    }
+    return w;
+}
+
 /** kd (computed for any tile) with the tiles and last-tile sizes of tiles of te elements. */
 inline Kinds WithTile(Kinds kd, int64_t te) {
     for (int i = 0; i < 3; ++i) {
@@ -635,10 +667,18 @@ struct CoreLines {
     CopyLine in[3][2], out[3][2];
 
     CoreLines() = default;
-    /** mte2Line, mte3Line: CurveLine of the SoC's curves (the same for every core count). */
     CoreLines(int64_t cores, int64_t bn_, const KernelModel& k, const SocModel& s, double agg, const VectorFloor& vec,
-              const CopyLine& mte2Line, const CopyLine& mte3Line)
-        : bn(bn_) {
+              const CopyLine& mte2Line, const CopyLine& mte3Line) {
+        Set(cores, bn_, k, s, agg, vec, mte2Line, mte3Line);
+    }
+
+    /** The lines of `cores` cores; mte2Line, mte3Line: CurveLine of the SoC's curves (the same for every core
+     *  count). In place: the re-fit keeps one per core count in its scratch; the trades are made at first use. */
+    void Set(int64_t cores, int64_t bn_, const KernelModel& k, const SocModel& s, double agg, const VectorFloor& vec,
+             const CopyLine& mte2Line, const CopyLine& mte3Line) {
+        bn = bn_;
+        valid = false;
+        for (bool& made : traded_) made = false;
         const double m = s.misalignedFactor;
         if (m > 1.0 || m <= 0.0 || s.mte2.fixed < 0.0 || s.mte3.fixed < 0.0 || cores <= 0) return;
         valid = true;
@@ -698,11 +738,11 @@ struct CoreLines {
      * for e holds for any kind at least as wide (a core count's, from its least widest core, ceil(n / cores)).
      * Over one tile count (what a narrow range has) it is close to ConfigUs's chains of the range's smallest tile.
      */
-    double RangeUs(int64_t e, Lines which, int64_t xlo, int64_t xhi, bool exactWidth) const {
+    double RangeUs(int64_t e, Lines which, int64_t xlo, int64_t xhi, bool exactWidth, double serial = -1.0) const {
         if (!valid) return -INFINITY;
         const int w = static_cast<int>(which);
         const double ee = static_cast<double>(e);
-        const double one = xhi >= e ? SerialUs(ee, which) : INFINITY;  // the tile sizes that hold the kind in one
+        const double one = xhi < e ? INFINITY : serial >= 0.0 ? serial : SerialUs(ee, which);  // one tile holds the kind
         const int64_t top = std::min(xhi, e - 1);  // the largest tile that leaves a last tile (t >= 2)
         if (top < xlo) return one;
         const int64_t t1 = std::max<int64_t>(Ceil(e, top), 2), t2 = Ceil(e, xlo);
@@ -731,6 +771,54 @@ struct CoreLines {
         return std::min(one, std::max(std::max(copies, computes), std::max(cycles, turns)));
     }
 
+    /**
+     * Every core kind of eMin to eMax elements run in tiles of lo to hi elements, less `base`: two chains with
+     * the tile count and the last tile tied to the tile, where RangeUs takes each at its least on its own (the
+     * smallest tile with the fewest tiles: a range that spans a trade between a tile's fixed costs and the last
+     * tiles' drain is bounded far below its best). With t >= 2 tiles of x and a last tile of y = e - (t - 1) x,
+     * each stage at least one line of its own (f + p x in, g + q x out, vf + vp x compute; the steeper copy
+     * lines, Trade):
+     *   A: every CopyIn, then the last tile's Compute and CopyOut    t f + e p + vf + g + y (vp + q)
+     *   B: the last full tile's turn (Turns: t - 1 CopyIns, its Compute and CopyOut, the last CopyOut)
+     *                                                                (t - 1) (f + x p) + vf + x (vp + q) + 2 g + y q
+     * For each of the first few tile counts both are lines in x (the least of the larger is at an end or where
+     * they cross); past them, the larger is at least their mix whose weights cancel y, which with t >= e / x is
+     * e f / x + b x + e p + c: its least over the range at once. Both rise with e at every x (so eMin's bound
+     * holds for all, over every x any of them may take), and one tile (x >= e) is SerialUs.
+     */
+    double TradeUs(int64_t eMin, int64_t eMax, Lines which, int64_t lo, int64_t hi, double serial = -1.0) const {
+        if (!valid) return -INFINITY;
+        const Trade& tr = TradeOf(static_cast<int>(which));
+        double least = hi < eMin ? INFINITY : serial >= 0.0 ? serial : SerialUs(static_cast<double>(eMin), which);
+        const int64_t top = std::min(hi, eMax - 1);  // the tiles that leave some kind a last tile
+        if (top < lo) return least;
+        const double e0 = static_cast<double>(eMin), e1 = static_cast<double>(eMax);
+        const double xlo = static_cast<double>(lo), xhi = static_cast<double>(top);
+        const int64_t first = std::max<int64_t>(Ceil(eMin, top), 2), last = Ceil(eMax, lo);
+        const int64_t counted = std::min(last, first + kCountedTrades - 1);
+        for (int64_t t = first; t <= counted; ++t) {
+            const double tt = static_cast<double>(t), nf = tt - 1.0;
+            const double xa = std::max(xlo, e0 / tt), xb = std::min(xhi, (e1 - 1.0) / nf);  // ceil(e / x) == t
+            if (xa > xb) continue;
+            const double a0 = tt * tr.f + e0 * tr.p + vecFixed + tr.g + e0 * (vecPerElem + tr.q);
+            const double a1 = -nf * (vecPerElem + tr.q);
+            const double b0 = nf * tr.f + vecFixed + 2.0 * tr.g + e0 * tr.q;
+            const double b1 = nf * (tr.p - tr.q) + vecPerElem + tr.q;
+            double v = std::min(std::max(a0 + a1 * xa, b0 + b1 * xa), std::max(a0 + a1 * xb, b0 + b1 * xb));
+            if (a1 != b1) {
+                const double x = (b0 - a0) / (a1 - b1);
+                if (xa < x && x < xb) v = std::min(v, a0 + a1 * x);
+            }
+            least = std::min(least, v);
+        }
+        if (counted < last) {  // more tiles than `counted`: x <= (e - 1) / counted
+            const double xb = std::min(xhi, (e1 - 1.0) / static_cast<double>(counted));
+            const double x = std::min(std::max(std::sqrt(e0) * tr.root, xlo), xb);
+            least = std::min(least, e0 * tr.f / x + tr.mixPerElem * x + e0 * tr.p + tr.mixFixed);
+        }
+        return least;
+    }
+
     /** One configuration (tiles of te elements, kd's tiles and last tiles), every kind: the chains with each
      *  stage at its floor. Below Evaluate's bound, and far cheaper to compute. */
     double ConfigUs(const Kinds& kd, int64_t te) const {
@@ -756,6 +844,38 @@ struct CoreLines {
             core = std::max(core, std::max(chain, Turns(nf, Stage{a, b, c}, Stage{ta, tb, tc})));
         }
         return base + core;
+    }
+
+private:
+    /** TradeUs's lines (the steeper of each direction's two: what holds the tiles near a range's best) and its
+     *  mix of A and B past the counted tiles: lam A + (1 - lam) B with lam = (p - q) / (vp + p) (y's weight 0;
+     *  clamped to [0, 1], y then at its worst end) is e f / x + mixPerElem x + e p + mixFixed. */
+    struct Trade {
+        double f, p, g, q;
+        double mixPerElem, mixFixed;
+        double root;  // sqrt(f / mixPerElem): where e f / x + mixPerElem x is least, over sqrt(e)
+    };
+    static constexpr int64_t kCountedTrades = 4;  // tile counts TradeUs bounds one by one
+    mutable Trade trades_[3];
+    mutable bool traded_[3] = {false, false, false};
+
+    const Trade& TradeOf(int w) const {
+        Trade& t = trades_[w];
+        if (traded_[w]) return t;
+        traded_[w] = true;
+        const CopyLine& li = in[w][in[w][1].perByte > in[w][0].perByte ? 1 : 0];
+        const CopyLine& lo = out[w][out[w][1].perByte > out[w][0].perByte ? 1 : 0];
+        t.f = li.fixed;
+        t.p = li.perByte;
+        t.g = lo.fixed;
+        t.q = lo.perByte;
+        const double vp = vecPerElem;
+        const double lam = vp + t.p > 0.0 ? std::min(std::max((t.p - t.q) / (vp + t.p), 0.0), 1.0) : 0.0;
+        const double perY = lam * (vp + t.q) + (1.0 - lam) * (t.q - t.p);  // y's weight left (0 unless clamped)
+        t.mixPerElem = (1.0 - lam) * (vp + t.q) + std::min(perY, 0.0);          // at y = x if it is < 0
+        t.mixFixed = vecFixed + t.g + (1.0 - lam) * (t.g - t.f) + std::max(perY, 0.0);  // else at y = 1
+        t.root = t.mixPerElem > 0.0 ? std::sqrt(t.f / t.mixPerElem) : INFINITY;
+        return t;
     }
 };
 
@@ -801,11 +921,23 @@ struct RefitPair {
     double blockFactor;  // its block size's part of the knob correction (1 without one)
 };
 
+/** The widest core of one or more (block, cores) pairs of one core count, and its copies' lines: what bounds
+ *  their configurations' core time (PairOf). */
+struct RefitWidth {
+    int64_t elems;
+    Lines lines;
+    double serialUs;  // that core run as one tile: its stages in a row, exactly (Evaluate's, less the start-up);
+                      // < 0 until a range with a tile that large needs it (SerialOf)
+};
+
 /** What a re-fit works in: per thread, reused, no allocation (the pairs are marked unknown per call). */
 struct RefitScratch {
     CoreLines lines[kMaxCores + 1];
     double groupFactor[kMaxCores + 1];
     RefitPair pairs[kMaxBlocks][kMaxCores + 1];
+    RefitWidth widths[kMaxCores + 1][kMaxBlocks];  // per core count: its pairs' widest cores, distinct
+    int widthCount[kMaxCores + 1];                 // how many (0: not computed yet)
+    int8_t widthOf[kMaxBlocks][kMaxCores + 1];     // a pair's index in its core count's widths
     RefitRange queue[kMaxRanges];
 };
 
@@ -851,7 +983,7 @@ public:
             topCores_ = std::max(topCores_, coresMax_[b]);
         }
         for (int64_t c = 1; c <= topCores_; ++c) {
-            w.lines[c] = CoreLines(c, bn, k, s, agg_, vec, mte2Line, mte3Line);
+            w.lines[c].Set(c, bn, k, s, agg_, vec, mte2Line, mte3Line);
             w.groupFactor[c] = KnobFactorFloor(s, k, -1, bn, c);
             for (int b = 0; b < nBlocks; ++b) {  // the widest core any block gives c cores: (every + 1) blocks at most
                 if (c > coresMax_[b]) continue;
@@ -860,6 +992,7 @@ public:
                 break;  // blocks descend: the first that runs c cores is the largest
             }
             for (int b = 0; b < nBlocks; ++b) w.pairs[b][c].known = false;
+            w.widthCount[c] = 0;
         }
     }
 
@@ -874,15 +1007,17 @@ public:
     }
 
     RefitChoice Run() {
-        for (int64_t c = topCores_; c >= 1; --c) Push(GroupRange(c, 1, tiles_));
+        for (int64_t c = topCores_; c >= 1; --c) Push(CoresRange(c));
         while (queued_ > 0) {
             const RefitRange r = Pop();
             if (!CanWin(r)) {  // 1.
                 if (r.floor > bestUs_ + kTieWidth) break;  // and so is everything after it in the queue
                 continue;
             }
-            if (r.block < 0) {
-                OpenGroup(r);
+            if (r.block == kEveryBlock) {
+                OpenCores(r);
+            } else if (r.block < 0) {
+                OpenWidth(r);
             } else {
                 SplitPair(r);
             }
@@ -894,6 +1029,10 @@ private:
     /** Past the least prediction seen by more than this, a prediction rounds to a larger key (two tie widths:
      *  the rounding of the product by 1e9 cannot close it). */
     static constexpr double kTieWidth = 2.0 / kTieScale;
+    /** A range's block for every block of its core count (>= 0: one block; <= -2: the blocks of one widest core,
+     *  widths[cores][-2 - block]). */
+    static constexpr int32_t kEveryBlock = -1;
+    static constexpr int64_t kTradeTiles = 8;  // TradeUs for ranges whose core runs at most this many tiles (Traded)
 
     struct Best {
         double key = INFINITY;  // TieKey of its prediction
@@ -928,20 +1067,22 @@ private:
         bestUs_ = std::min(bestUs_, us);
     }
 
-    /**
-     * Every configuration of c cores with tiles tiLo..tiHi. Its widest core holds e elements, from ceil(n / c)
-     * to widestTop_[c]; it moves the footprint and every core's row copy, at best over the full bandwidth
-     * (TrafficOf's arithmetic with nothing misaligned: at or under every pair's traffic, to the bit). Where
-     * every such e runs as many tiles at each tile size of the range as the least does, the least one's floor
-     * holds for all (a wider core has a larger last tile); else the floor of the first e past it with one
-     * tile more (its last tile at its least) bounds the wider ones.
-     */
-    RefitRange GroupRange(int64_t c, int64_t tiLo, int64_t tiHi) const {
-        const CoreLines& l = w_.lines[c];
+    /** What every configuration of c cores moves: the footprint and every core's row copy, at best over the full
+     *  bandwidth (TrafficOf's arithmetic with nothing misaligned: at or under every pair's traffic, to the bit). */
+    double CoresTrafficUs(int64_t c) const {
         const double fixedBytes = Footprint(k_, n_) + static_cast<double>(k_.scalarInputs * k_.elemBytes);
-        const double traffic =
-            s_.launchUs + (fixedBytes + static_cast<double>(c * (k_.workspaceInputs * k_.rowBytes))) / (agg_ * 1e3);
-        const int64_t e = Ceil(n_, c), xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
+        return s_.launchUs + (fixedBytes + static_cast<double>(c * (k_.workspaceInputs * k_.rowBytes))) / (agg_ * 1e3);
+    }
+
+    /**
+     * Every configuration of c cores (tiles 1..tiles_): their traffic, and a floor for their widest cores, which
+     * hold e elements from ceil(n / c) to widestTop_[c]. Where every such e runs as many tiles at each tile size
+     * as the least does, the least one's floor holds for all (a wider core has a larger last tile); else the
+     * floor of the first e past it with one tile more (its last tile at its least) bounds the wider ones.
+     */
+    RefitRange CoresRange(int64_t c) const {
+        const CoreLines& l = w_.lines[c];
+        const int64_t e = Ceil(n_, c), xlo = stepElems_, xhi = tiles_ * stepElems_;
         const int64_t t = Ceil(e, xhi);
         double core;
         if (t == Ceil(e, xlo)) {  // one tile count for the least e over the range
@@ -951,18 +1092,39 @@ private:
         } else {
             core = l.RangeUs(e, Lines::Either, xlo, xhi, false);
         }
-        return RefitRange{std::max(traffic, Floor(l.base + core)) * w_.groupFactor[c], static_cast<int32_t>(tiLo),
-                          static_cast<int32_t>(tiHi), static_cast<int32_t>(c), -1};
+        return RefitRange{std::max(CoresTrafficUs(c), Floor(l.base + core)) * w_.groupFactor[c], 1,
+                          static_cast<int32_t>(tiles_), static_cast<int32_t>(c), kEveryBlock};
+    }
+
+    /** Tiles tiLo..tiHi of the pairs of c cores whose widest core is widths[c][i]: their traffic (CoresTrafficUs)
+     *  and that core's floor over the range (RangeUs, and TradeUs where it runs few tiles). */
+    RefitRange WidthRange(int64_t c, int i, int64_t tiLo, int64_t tiHi) {
+        const CoreLines& l = w_.lines[c];
+        const RefitWidth& wd = w_.widths[c][i];
+        const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
+        const double serial = xhi >= wd.elems ? SerialOf(c, i) : -1.0;
+        double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
+        if (Traded(wd.elems, xlo, xhi)) core = std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial));
+        return RefitRange{std::max(CoresTrafficUs(c), Floor(l.base + core)) * w_.groupFactor[c],
+                          static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi), static_cast<int32_t>(c), -2 - i};
     }
 
     /** One pair's tiles tiLo..tiHi: its traffic (the prediction's own arithmetic: exact) and its widest core's
      *  floor over the range. */
-    RefitRange PairRange(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) const {
+    RefitRange PairRange(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) {
         const CoreLines& l = w_.lines[c];
-        const double core = l.base + l.RangeUs(p.widest, p.widestLines, tiLo * stepElems_, tiHi * stepElems_, true);
+        const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
+        const double serial = xhi >= p.widest ? SerialOf(c, w_.widthOf[b][c]) : -1.0;
+        double core = l.RangeUs(p.widest, p.widestLines, xlo, xhi, true, serial);
+        if (Traded(p.widest, xlo, xhi)) core = std::max(core, l.TradeUs(p.widest, p.widest, p.widestLines, xlo, xhi, serial));
+        core += l.base;
         return RefitRange{std::max(p.trafficUs, Floor(core) * p.factorFloor), static_cast<int32_t>(tiLo),
                           static_cast<int32_t>(tiHi), static_cast<int32_t>(c), static_cast<int32_t>(b)};
     }
+
+    /** Whether a range's floor takes CoreLines::TradeUs: a range of more than one tile where a core of e elements
+     *  runs few tiles at its largest (with many, the last tiles' drain is a small part of the time). */
+    static bool Traded(int64_t e, int64_t xlo, int64_t xhi) { return xhi > xlo && Ceil(e, xhi) <= kTradeTiles; }
 
     /** Where to split tiLo..tiHi (returns the lower part's last tile index) of a core whose widest kind has e
      *  elements: by tile count where the range spans more than one (at the geometric middle), else by tile. */
@@ -977,24 +1139,60 @@ private:
         return tiLo + (tiHi - tiLo) / 2;
     }
 
-    /** 2. A core count's range: split by tile while its least widest core runs more than one tile, else
-     *  opened into its pairs. */
-    void OpenGroup(const RefitRange& r) {
-        const int64_t c = r.cores, e = Ceil(n_, c);
+    /** 2. A core count's range: one range per widest core of its pairs (Widths). */
+    void OpenCores(const RefitRange& r) {
+        const int64_t c = r.cores;
+        if (w_.widthCount[c] == 0) Widths(c);
+        for (int i = 0; i < w_.widthCount[c]; ++i) Push(WidthRange(c, i, r.tiLo, r.tiHi));
+    }
+
+    /** 3. A widest core's range: split by tile while that core runs more than one tile, else opened into its pairs. */
+    void OpenWidth(const RefitRange& r) {
+        const int64_t c = r.cores;
+        const int i = -2 - r.block;
+        const int64_t e = w_.widths[c][i].elems;
         if (r.tiHi > r.tiLo && r.tiLo * stepElems_ < e) {
             const int64_t mid = SplitPoint(e, r.tiLo, r.tiHi);
-            Push(GroupRange(c, mid + 1, r.tiHi));
-            Push(GroupRange(c, r.tiLo, mid));
+            Push(WidthRange(c, i, mid + 1, r.tiHi));
+            Push(WidthRange(c, i, r.tiLo, mid));
             return;
         }
         const RefitPair* previous = nullptr;
         for (int b = 0; b < nBlocks_; ++b) {
-            if (c > coresMax_[b]) continue;
+            if (c > coresMax_[b] || w_.widthOf[b][c] != i) continue;
             const RefitPair& p = PairOf(b, c);
             if (previous != nullptr && SamePredictions(*previous, p)) continue;  // the larger block wins every tie
             previous = &p;
             if (CanWin(p.trafficUs, r.tiHi * kTileStepBytes, c, b)) Push(PairRange(p, c, b, r.tiLo, r.tiHi));
         }
+    }
+
+    /** widths[c][i] run as one tile (computed at its first use): Evaluate's stages of a one-tile core. */
+    double SerialOf(int64_t c, int i) {
+        RefitWidth& wd = w_.widths[c][i];
+        if (wd.serialUs < 0.0) {
+            const double cores = static_cast<double>(c);
+            const Stage one = StageOf(static_cast<double>(wd.elems), k_, s_, agg_ / cores, wd.lines == Lines::Aligned,
+                                      -1.0, s_.l2Gbps / cores);
+            wd.serialUs = one.in + one.vec + one.out;
+        }
+        return wd.serialUs;
+    }
+
+    /** The widest cores (and their lines) of the pairs of c cores, each once, and which is each pair's. */
+    void Widths(int64_t c) {
+        RefitWidth* widths = w_.widths[c];
+        int count = 0;
+        for (int b = 0; b < nBlocks_; ++b) {
+            if (c > coresMax_[b]) continue;
+            const WidestKind widest = WidestOf(n_, k_.elemBytes, blocks_[b], c);
+            const Lines lines = widest.aligned ? Lines::Aligned : Lines::Misaligned;
+            int i = 0;
+            while (i < count && (widths[i].elems != widest.elems || widths[i].lines != lines)) ++i;
+            if (i == count) widths[count++] = RefitWidth{widest.elems, lines, -1.0};
+            w_.widthOf[b][c] = static_cast<int8_t>(i);
+        }
+        w_.widthCount[c] = count;
     }
 
     /** Two pairs of one core count whose cores split the elements alike (and whose knob corrections are alike)
@@ -1010,21 +1208,17 @@ private:
     }
 
     /** The pair's kinds, widest core, traffic and least knob correction (computed at its first opening). */
+    /** The pair's kinds, widest core (its width's), traffic and least knob correction (computed at its first use). */
     const RefitPair& PairOf(int b, int64_t c) {
         RefitPair& p = w_.pairs[b][c];
         if (p.known) return p;
         if (stats_) ++stats_->pairs;
+        if (w_.widthCount[c] == 0) Widths(c);
         p.known = true;
         p.kinds = KindsOf(n_, k_.elemBytes, blocks_[b], kTileStepBytes, c);  // kinds.cores == c: c <= its blocks
-        p.widest = 0;
-        bool widestAligned = false;
-        for (int i = 0; i < 3; ++i) {  // over the kinds that have cores: the others do not enter a prediction
-            if (p.kinds.counts[i] <= 0 || p.kinds.elems[i] <= 0) continue;
-            if (p.kinds.elems[i] > p.widest) widestAligned = false;
-            p.widest = std::max(p.widest, p.kinds.elems[i]);
-            if (p.kinds.elems[i] == p.widest && p.kinds.aligned[i]) widestAligned = true;
-        }
-        p.widestLines = widestAligned ? Lines::Aligned : Lines::Misaligned;
+        const RefitWidth& width = w_.widths[c][w_.widthOf[b][c]];
+        p.widest = width.elems;
+        p.widestLines = width.lines;
         p.factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);
         p.blockFactor = corrected_ ? s_.blockFactor[BlockClass(blocks_[b])] : 1.0;
         p.trafficUs = (s_.launchUs + TrafficUs(p.kinds, k_, s_, agg_)) * p.factorFloor;
@@ -1117,6 +1311,7 @@ private:
         const int first = r.block < 0 ? 0 : r.block, last = r.block < 0 ? nBlocks_ - 1 : r.block;
         for (int b = first; b <= last; ++b) {
             if (r.cores > coresMax_[b]) continue;
+            if (r.block < kEveryBlock && w_.widthOf[b][r.cores] != -2 - r.block) continue;  // another widest core's
             const RefitPair& p = PairOf(b, r.cores);
             const int64_t one = Ceil(p.widest, stepElems_);
             if (r.tiHi >= one) OneTile(p, r.cores, b, std::max<int64_t>(one, r.tiLo), r.tiHi);

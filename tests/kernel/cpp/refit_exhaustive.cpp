@@ -1,7 +1,8 @@
 // The re-fit (bce_grad::cost::Refit, a branch and bound) against every configuration of its slice predicted
 // one by one (PredictConfig) with the space's tie-break: random sizes, kernel variants of the generated
 // table, block subsets, buffer counts, core caps, tile tops, seeds (valid or not) and knob corrections; and the
-// same search with a queue of 4 ranges, where the full queue's fallback does most of the work.
+// same search with a queue of 4 ranges, where the full queue's fallback does most of the work; and WidestOf
+// (what the search bounds each pair by) against KindsOf for every block and core count of each case.
 // Prints one line per disagreement and a summary; exits 1 on any.
 // Usage: refit_exhaustive <cases> <seed>
 #include <algorithm>
@@ -41,6 +42,21 @@ Pick Exhaustive(int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64
         }
     }
     return best;
+}
+
+// KindsOf's widest kind with cores, as the re-fit reads it (WidestOf must agree: its bounds rest on it).
+bool SameWidest(int64_t n, int64_t elem, int64_t block, int64_t cores) {
+    const bce_grad::cost::Kinds kd = bce_grad::cost::KindsOf(n, elem, block, bce_grad::cost::kTileStepBytes, cores);
+    int64_t widest = 0;
+    bool aligned = false;
+    for (int i = 0; i < 3; ++i) {
+        if (kd.counts[i] <= 0 || kd.elems[i] <= 0) continue;
+        if (kd.elems[i] > widest) aligned = false;
+        widest = std::max(widest, kd.elems[i]);
+        if (kd.elems[i] == widest && kd.aligned[i]) aligned = true;
+    }
+    const bce_grad::cost::WidestKind w = bce_grad::cost::WidestOf(n, elem, block, cores);
+    return w.elems == widest && w.aligned == aligned;
 }
 
 }  // namespace
@@ -86,6 +102,17 @@ int main(int argc, char** argv) {
         const int64_t seedBlock = rng() % 4 == 0 ? 0 : blocks[rng() % blocks.size()];
         const int64_t seedTile = bce_grad::cost::kTileStepBytes * (1 + static_cast<int64_t>(rng() % 64));
         const int64_t seedCores = 1 + static_cast<int64_t>(rng() % 48);
+        for (int64_t b : blocks) {
+            const int64_t top = std::min<int64_t>(std::max<int64_t>(bce_grad::cost::Ceil(n * k.elemBytes, b), 1), 64);
+            for (int64_t c = 1; c <= top; ++c) {
+                if (!SameWidest(n, k.elemBytes, b, c)) {
+                    ++wrong;
+                    std::printf("case %d: WidestOf(%lld, %lld, %lld, %lld) is not KindsOf's widest kind\n", i,
+                                static_cast<long long>(n), static_cast<long long>(k.elemBytes), static_cast<long long>(b),
+                                static_cast<long long>(c));
+                }
+            }
+        }
         const RefitChoice got = bce_grad::cost::Refit(n, blocks.data(), static_cast<int>(blocks.size()), bn, tileTop,
                                                       maxCores, k, s, seedBlock, seedTile, seedCores);
         const Pick want = Exhaustive(n, blocks, bn, tileTop / bce_grad::cost::kTileStepBytes, maxCores, k, s);
