@@ -1092,6 +1092,7 @@ private:
         } else {
             core = l.RangeUs(e, Lines::Either, xlo, xhi, false);
         }
+        if (Traded(e, xlo, xhi)) core = std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi));
         return RefitRange{std::max(CoresTrafficUs(c), Floor(l.base + core)) * w_.groupFactor[c], 1,
                           static_cast<int32_t>(tiles_), static_cast<int32_t>(c), kEveryBlock};
     }
@@ -1152,8 +1153,14 @@ private:
         const int i = -2 - r.block;
         const int64_t e = w_.widths[c][i].elems;
         if (r.tiHi > r.tiLo && r.tiLo * stepElems_ < e) {
-            const int64_t mid = SplitPoint(e, r.tiLo, r.tiHi);
-            Push(WidthRange(c, i, mid + 1, r.tiHi));
+            int64_t tiHi = r.tiHi;
+            if (r.floor >= bestUs_) {  // at best a tie, which its largest tile wins over the rest: that tile first
+                TopTile(r);
+                if (!CanWin(r.floor, (--tiHi) * kTileStepBytes, c, r.block)) return;
+            }
+            const int64_t mid = SplitPoint(e, r.tiLo, tiHi);
+            if (mid + 1 > tiHi) return Push(WidthRange(c, i, r.tiLo, tiHi));
+            Push(WidthRange(c, i, mid + 1, tiHi));
             Push(WidthRange(c, i, r.tiLo, mid));
             return;
         }
@@ -1177,6 +1184,23 @@ private:
             wd.serialUs = one.in + one.vec + one.out;
         }
         return wd.serialUs;
+    }
+
+    /** A width range's largest tile, every pair of it (what wins a tie over the rest of the range). */
+    void TopTile(const RefitRange& r) {
+        const int64_t c = r.cores;
+        const RefitPair* previous = nullptr;
+        for (int b = 0; b < nBlocks_; ++b) {
+            if (c > coresMax_[b] || w_.widthOf[b][c] != -2 - r.block) continue;
+            const RefitPair& p = PairOf(b, c);
+            if (previous != nullptr && SamePredictions(*previous, p)) continue;  // the larger block wins every tie
+            previous = &p;
+            if (r.tiHi >= Ceil(p.widest, stepElems_)) {
+                OneTile(p, c, b, r.tiHi, r.tiHi);
+            } else {
+                Config(p, c, b, r.tiHi);
+            }
+        }
     }
 
     /** The widest cores (and their lines) of the pairs of c cores, each once, and which is each pair's. */
