@@ -167,10 +167,8 @@ struct WidestKind {
     bool aligned;
 };
 
-inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreNum) {
+inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t blockElems, int64_t blocks, int64_t coreNum) {
     static_assert(kTileStepBytes % kGmAlignBytes == 0, "every tile's stride is aligned");
-    const int64_t blockElems = block / elem;
-    const int64_t blocks = Ceil(n, blockElems);
     const int64_t cores = std::max<int64_t>(std::min(coreNum, blocks), 1);
     const int64_t every = blocks / cores;
     const int64_t tailBlocks = blocks - every * cores;
@@ -189,6 +187,11 @@ inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreN
         if (elems[i] == w.elems && aligned[i]) w.aligned = true;
     }
     return w;
+}
+
+inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreNum) {
+    const int64_t blockElems = block / elem;
+    return WidestOf(n, elem, blockElems, Ceil(n, blockElems), coreNum);  // blocks' elements, and how many blocks
 }
 
 /** kd (computed for any tile) with the tiles and last-tile sizes of tiles of te elements. */
@@ -796,18 +799,20 @@ struct CoreLines {
         const double xlo = static_cast<double>(lo), xhi = static_cast<double>(top);
         const int64_t first = std::max<int64_t>(Ceil(eMin, top), 2), last = Ceil(eMax, lo);
         const int64_t counted = std::min(last, first + kCountedTrades - 1);
+        const double f = tr.f, p = tr.p, g = tr.g, q = tr.q, vf = vecFixed, vp = vecPerElem;
         for (int64_t t = first; t <= counted; ++t) {
             const double tt = static_cast<double>(t), nf = tt - 1.0;
             const double xa = std::max(xlo, e0 / tt), xb = std::min(xhi, (e1 - 1.0) / nf);  // ceil(e / x) == t
             if (xa > xb) continue;
-            const double a0 = tt * tr.f + e0 * tr.p + vecFixed + tr.g + e0 * (vecPerElem + tr.q);
-            const double a1 = -nf * (vecPerElem + tr.q);
-            const double b0 = nf * tr.f + vecFixed + 2.0 * tr.g + e0 * tr.q;
-            const double b1 = nf * (tr.p - tr.q) + vecPerElem + tr.q;
-            double v = std::min(std::max(a0 + a1 * xa, b0 + b1 * xa), std::max(a0 + a1 * xb, b0 + b1 * xb));
-            if (a1 != b1) {
-                const double x = (b0 - a0) / (a1 - b1);
-                if (xa < x && x < xb) v = std::min(v, a0 + a1 * x);
+            // Evaluate's chains with each stage at its line and y = e - nf x put in, c0 + c1 x each: every CopyIn,
+            // then the last tile's Compute and CopyOut (falling in x); the last full tile's turn (Turns: rising)
+            double v = LeastOfTwo(tt * f + e0 * p + vf + g + e0 * (vp + q), -nf * (vp + q),
+                                  nf * f + vf + 2.0 * g + e0 * q, nf * (p - q) + vp + q, xa, xb);
+            if (bn == 1) {  // one buffer: the CopyIn-Compute cycle (falling) and the Compute-CopyOut cycle (rising)
+                const double h = nf;  // every full tile is in the cycle
+                v = std::max(v, LeastOfTwo((h + 1.0) * (f + vf) + g + e0 * (p + vp + q), h * (p + vp) - nf * (p + vp + q),
+                                           f + (h + 1.0) * (vf + g) + e0 * (vp + q), p + h * (vp + q) - nf * (vp + q),
+                                           xa, xb));
             }
             least = std::min(least, v);
         }
@@ -817,6 +822,16 @@ struct CoreLines {
             least = std::min(least, e0 * tr.f / x + tr.mixPerElem * x + e0 * tr.p + tr.mixFixed);
         }
         return least;
+    }
+
+    /** min over x in [xa, xb] of the larger of two lines a0 + a1 x and b0 + b1 x: at an end or where they cross. */
+    static double LeastOfTwo(double a0, double a1, double b0, double b1, double xa, double xb) {
+        double v = std::min(std::max(a0 + a1 * xa, b0 + b1 * xa), std::max(a0 + a1 * xb, b0 + b1 * xb));
+        if (a1 != b1) {
+            const double x = (b0 - a0) / (a1 - b1);
+            if (xa < x && x < xb) v = std::min(v, a0 + a1 * x);
+        }
+        return v;
     }
 
     /** One configuration (tiles of te elements, kd's tiles and last tiles), every kind: the chains with each
@@ -979,6 +994,8 @@ public:
         const VectorFloor vec(k, s);
         const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
         for (int b = 0; b < nBlocks; ++b) {
+            blockElems_[b] = blocks[b] / k.elemBytes;
+            blockCount_[b] = Ceil(n, blockElems_[b]);
             coresMax_[b] = std::min(std::min(maxCores, std::max<int64_t>(Ceil(n * k.elemBytes, blocks[b]), 1)), kMaxCores);
             topCores_ = std::max(topCores_, coresMax_[b]);
         }
@@ -1209,7 +1226,7 @@ private:
         int count = 0;
         for (int b = 0; b < nBlocks_; ++b) {
             if (c > coresMax_[b]) continue;
-            const WidestKind widest = WidestOf(n_, k_.elemBytes, blocks_[b], c);
+            const WidestKind widest = WidestOf(n_, k_.elemBytes, blockElems_[b], blockCount_[b], c);
             const Lines lines = widest.aligned ? Lines::Aligned : Lines::Misaligned;
             int i = 0;
             while (i < count && (widths[i].elems != widest.elems || widths[i].lines != lines)) ++i;
@@ -1325,6 +1342,7 @@ private:
 
     static bool Sooner(const RefitRange& a, const RefitRange& b) {
         if (a.floor != b.floor) return a.floor < b.floor;
+        if (a.tiHi - a.tiLo != b.tiHi - b.tiLo) return a.tiHi - a.tiLo < b.tiHi - b.tiLo;
         if (a.tiHi != b.tiHi) return a.tiHi > b.tiHi;
         if (a.cores != b.cores) return a.cores > b.cores;
         return a.block < b.block;
@@ -1356,6 +1374,7 @@ private:
     const bool corrected_;
     const int64_t stepElems_;  // elements per tile step
     int64_t coresMax_[kMaxBlocks] = {};
+    int64_t blockElems_[kMaxBlocks] = {}, blockCount_[kMaxBlocks] = {};  // per block: its elements, blocks of n
     int64_t widestTop_[kMaxCores + 1] = {};  // per core count: no pair's widest core holds more
     int64_t topCores_ = 0;
     int64_t queued_ = 0;
