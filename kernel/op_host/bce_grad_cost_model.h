@@ -791,7 +791,7 @@ struct CoreLines {
      */
     double TradeUs(int64_t eMin, int64_t eMax, Lines which, int64_t lo, int64_t hi, double serial = -1.0) const {
         if (!valid) return -INFINITY;
-        const Trade& tr = TradeOf(static_cast<int>(which));
+        const Trade* trades = TradeOf(static_cast<int>(which));
         double least = hi < eMin ? INFINITY : serial >= 0.0 ? serial : SerialUs(static_cast<double>(eMin), which);
         const int64_t top = std::min(hi, eMax - 1);  // the tiles that leave some kind a last tile
         if (top < lo) return least;
@@ -799,27 +799,34 @@ struct CoreLines {
         const double xlo = static_cast<double>(lo), xhi = static_cast<double>(top);
         const int64_t first = std::max<int64_t>(Ceil(eMin, top), 2), last = Ceil(eMax, lo);
         const int64_t counted = std::min(last, first + kCountedTrades - 1);
-        const double f = tr.f, p = tr.p, g = tr.g, q = tr.q, vf = vecFixed, vp = vecPerElem;
+        const double vf = vecFixed, vp = vecPerElem;
         for (int64_t t = first; t <= counted; ++t) {
             const double tt = static_cast<double>(t), nf = tt - 1.0;
             const double xa = std::max(xlo, e0 / tt), xb = std::min(xhi, (e1 - 1.0) / nf);  // ceil(e / x) == t
             if (xa > xb) continue;
-            // Evaluate's chains with each stage at its line and y = e - nf x put in, c0 + c1 x each: every CopyIn,
-            // then the last tile's Compute and CopyOut (falling in x); the last full tile's turn (Turns: rising)
+            // the CopyIns' line that is the larger at the middle of the range (either is under every CopyIn)
+            const double xm = 0.5 * (xa + xb);
+            const Trade& tr = trades[trades[1].f + trades[1].p * xm > trades[0].f + trades[0].p * xm ? 1 : 0];
+            const double f = tr.f, p = tr.p, g = tr.g, q = tr.q;
+            // Evaluate's chains, each stage at its line and y = e - nf x put in, c0 + c1 x each: every CopyIn, then
+            // the last tile's Compute and CopyOut (falling in x); the last full tile's turn (Turns: rising)
             double v = LeastOfTwo(tt * f + e0 * p + vf + g + e0 * (vp + q), -nf * (vp + q),
                                   nf * f + vf + 2.0 * g + e0 * q, nf * (p - q) + vp + q, xa, xb);
             if (bn == 1) {  // one buffer: the CopyIn-Compute cycle (falling) and the Compute-CopyOut cycle (rising)
-                const double h = nf;  // every full tile is in the cycle
-                v = std::max(v, LeastOfTwo((h + 1.0) * (f + vf) + g + e0 * (p + vp + q), h * (p + vp) - nf * (p + vp + q),
-                                           f + (h + 1.0) * (vf + g) + e0 * (vp + q), p + h * (vp + q) - nf * (vp + q),
-                                           xa, xb));
+                v = std::max(v, LeastOfTwo(tt * (f + vf) + g + e0 * (p + vp + q), -nf * q,
+                                           f + tt * (vf + g) + e0 * (vp + q), p, xa, xb));
             }
             least = std::min(least, v);
         }
         if (counted < last) {  // more tiles than `counted`: x <= (e - 1) / counted
             const double xb = std::min(xhi, (e1 - 1.0) / static_cast<double>(counted));
-            const double x = std::min(std::max(std::sqrt(e0) * tr.root, xlo), xb);
-            least = std::min(least, e0 * tr.f / x + tr.mixPerElem * x + e0 * tr.p + tr.mixFixed);
+            double v = -INFINITY;
+            for (int l = 0; l < 2; ++l) {
+                const Trade& tr = trades[l];
+                const double x = std::min(std::max(std::sqrt(e0) * tr.root, xlo), xb);
+                v = std::max(v, e0 * tr.f / x + tr.mixPerElem * x + e0 * tr.p + tr.mixFixed);
+            }
+            least = std::min(least, v);
         }
         return least;
     }
@@ -871,15 +878,19 @@ private:
         double root;  // sqrt(f / mixPerElem): where e f / x + mixPerElem x is least, over sqrt(e)
     };
     static constexpr int64_t kCountedTrades = 4;  // tile counts TradeUs bounds one by one
-    mutable Trade trades_[3];
+    mutable Trade trades_[3][2];  // per Lines: per line of the CopyIns, with the CopyOuts' steeper line
     mutable bool traded_[3] = {false, false, false};
 
-    const Trade& TradeOf(int w) const {
-        Trade& t = trades_[w];
-        if (traded_[w]) return t;
-        traded_[w] = true;
-        const CopyLine& li = in[w][in[w][1].perByte > in[w][0].perByte ? 1 : 0];
-        const CopyLine& lo = out[w][out[w][1].perByte > out[w][0].perByte ? 1 : 0];
+    const Trade* TradeOf(int w) const {
+        if (!traded_[w]) {
+            traded_[w] = true;
+            const CopyLine& lo = out[w][out[w][1].perByte > out[w][0].perByte ? 1 : 0];
+            for (int l = 0; l < 2; ++l) MakeTrade(trades_[w][l], in[w][l], lo);
+        }
+        return trades_[w];
+    }
+
+    void MakeTrade(Trade& t, const CopyLine& li, const CopyLine& lo) const {
         t.f = li.fixed;
         t.p = li.perByte;
         t.g = lo.fixed;
@@ -890,7 +901,6 @@ private:
         t.mixPerElem = (1.0 - lam) * (vp + t.q) + std::min(perY, 0.0);          // at y = x if it is < 0
         t.mixFixed = vecFixed + t.g + (1.0 - lam) * (t.g - t.f) + std::max(perY, 0.0);  // else at y = 1
         t.root = t.mixPerElem > 0.0 ? std::sqrt(t.f / t.mixPerElem) : INFINITY;
-        return t;
     }
 };
 
