@@ -1059,7 +1059,7 @@ private:
     /** A range's block for every block of its core count (>= 0: one block; <= -2: the blocks of one widest core,
      *  widths[cores][-2 - block]). */
     static constexpr int32_t kEveryBlock = -1;
-    static constexpr int64_t kTradeTiles = 8;  // TradeUs for ranges whose core runs at most this many tiles (Traded)
+    static constexpr int64_t kTradeTiles = 12;  // TradeUs for ranges whose core runs at most this many tiles (Traded)
 
     struct Best {
         double key = INFINITY;  // TieKey of its prediction
@@ -1352,8 +1352,8 @@ private:
 
     static bool Sooner(const RefitRange& a, const RefitRange& b) {
         if (a.floor != b.floor) return a.floor < b.floor;
-        if (a.tiHi - a.tiLo != b.tiHi - b.tiLo) return a.tiHi - a.tiLo < b.tiHi - b.tiLo;
         if (a.tiHi != b.tiHi) return a.tiHi > b.tiHi;
+        if (a.tiHi - a.tiLo != b.tiHi - b.tiLo) return a.tiHi - a.tiLo < b.tiHi - b.tiLo;
         if (a.cores != b.cores) return a.cores > b.cores;
         return a.block < b.block;
     }
