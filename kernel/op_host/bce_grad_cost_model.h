@@ -779,15 +779,17 @@ struct CoreLines {
      * the tile count and the last tile tied to the tile, where RangeUs takes each at its least on its own (the
      * smallest tile with the fewest tiles: a range that spans a trade between a tile's fixed costs and the last
      * tiles' drain is bounded far below its best). With t >= 2 tiles of x and a last tile of y = e - (t - 1) x,
-     * each stage at least one line of its own (f + p x in, g + q x out, vf + vp x compute; the steeper copy
-     * lines, Trade):
+     * each stage at least one line of its own (f + p x in, g + q x out, vf + vp x compute; of the CopyIns' two
+     * lines, the one larger at the middle of the x a count spans, of the CopyOuts' the steeper: Trade):
      *   A: every CopyIn, then the last tile's Compute and CopyOut    t f + e p + vf + g + y (vp + q)
      *   B: the last full tile's turn (Turns: t - 1 CopyIns, its Compute and CopyOut, the last CopyOut)
      *                                                                (t - 1) (f + x p) + vf + x (vp + q) + 2 g + y q
      * For each of the first few tile counts both are lines in x (the least of the larger is at an end or where
      * they cross); past them, the larger is at least their mix whose weights cancel y, which with t >= e / x is
-     * e f / x + b x + e p + c: its least over the range at once. Both rise with e at every x (so eMin's bound
-     * holds for all, over every x any of them may take), and one tile (x >= e) is SerialUs.
+     * e f / x + b x + e p + c: its least over the range at once (the larger of the CopyIns' two lines). With one
+     * buffer, the two cycles through it (every CopyIn and Compute, then the last CopyOut; the first CopyIn, then
+     * every Compute and CopyOut) are lines in x too. All rise with e at every x (so eMin's bound holds for all,
+     * over every x any of them may take), and one tile (x >= e) is SerialUs (or the exact time given).
      */
     double TradeUs(int64_t eMin, int64_t eMax, Lines which, int64_t lo, int64_t hi, double serial = -1.0) const {
         if (!valid) return -INFINITY;
@@ -869,9 +871,9 @@ struct CoreLines {
     }
 
 private:
-    /** TradeUs's lines (the steeper of each direction's two: what holds the tiles near a range's best) and its
-     *  mix of A and B past the counted tiles: lam A + (1 - lam) B with lam = (p - q) / (vp + p) (y's weight 0;
-     *  clamped to [0, 1], y then at its worst end) is e f / x + mixPerElem x + e p + mixFixed. */
+    /** TradeUs's lines (one of the CopyIns' two, the CopyOuts' steeper) and its mix of A and B past the counted
+     *  tiles: lam A + (1 - lam) B with lam = (p - q) / (vp + p) (y's weight 0; clamped to [0, 1], y then at its
+     *  worst end) is e f / x + mixPerElem x + e p + mixFixed. */
     struct Trade {
         double f, p, g, q;
         double mixPerElem, mixFixed;
@@ -974,16 +976,20 @@ struct RefitScratch {
  * scoring it.
  *
  * A best-first branch and bound. A range (RefitRange) is a set of configurations with a floor under every
- * prediction in it: a core count's tiles from lo to hi (every block), or one (block, cores) pair's. Ranges
- * wait in a queue, the lowest floor first; the one taken is
+ * prediction in it: a core count's every tile and block; the tiles lo..hi of the pairs of a core count whose
+ * widest core is the same (a width: WidestOf, with its copies' alignment); or one (block, cores) pair's tiles.
+ * Ranges wait in a queue, the lowest floor first (then the tie-break's order); the one taken is
  *   1. dropped if its floor says nothing in it can be picked (CanWin): a larger rounded prediction than the
  *      best seen, or at best a tie lost on the knobs; once the lowest floor is past the best, the search ends;
- *   2. a core count's range: split in two by tile count (each half's floor CoreLines::RangeUs of its least
- *      widest core, ceil(n / cores)), or, once it spans one tile count, opened into its pairs (each pair's
- *      core kinds and traffic computed once, at its first opening);
- *   3. a pair's range: the tiles that hold every core in one tile predict alike (the largest wins the tie),
+ *   2. a core count's range (floor: CoreLines::RangeUs and TradeUs of its least widest core, ceil(n / cores),
+ *      up to the widest any block gives): opened into one range per width;
+ *   3. a width's range (floor: RangeUs and TradeUs of that core, its one-tile time exact): split in two (by tile
+ *      count at the geometric middle, then by tile) while that core runs more than one tile, else opened into
+ *      its pairs (each pair's kinds and traffic computed at its first opening). One that can at best tie tries
+ *      its largest tile first: a tie there wins over the rest of the range;
+ *   4. a pair's range: the tiles that hold every core in one tile predict alike (the largest wins the tie),
  *      so they are one candidate; others split in two (by tile count, then by tile) down to one tile;
- *   4. one tile: its floor (CoreLines::ConfigUs), then its chain bound (Evaluate without the schedule), then
+ *   5. one tile: its floor (CoreLines::ConfigUs), then its chain bound (Evaluate without the schedule), then
  *      the simulation, unless the chain bound is the prediction.
  * Every floor carries the least knob correction of what it bounds (KnobFactorFloor), every prediction its
  * own (KnobFactor). The seed (the bucket's tuned configuration) is predicted first: the best seen from the
@@ -1131,10 +1137,15 @@ private:
         const RefitWidth& wd = w_.widths[c][i];
         const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
         const double serial = xhi >= wd.elems ? SerialOf(c, i) : -1.0;
+        const double traffic = CoresTrafficUs(c), factor = w_.groupFactor[c];
         double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
-        if (Traded(wd.elems, xlo, xhi)) core = std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial));
-        return RefitRange{std::max(CoresTrafficUs(c), Floor(l.base + core)) * w_.groupFactor[c],
-                          static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi), static_cast<int32_t>(c), -2 - i};
+        RefitRange r{std::max(traffic, Floor(l.base + core)) * factor, static_cast<int32_t>(tiLo),
+                     static_cast<int32_t>(tiHi), static_cast<int32_t>(c), -2 - i};
+        if (Traded(wd.elems, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
+            core = std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial));
+            r.floor = std::max(traffic, Floor(l.base + core)) * factor;
+        }
+        return r;
     }
 
     /** One pair's tiles tiLo..tiHi: its traffic (the prediction's own arithmetic: exact) and its widest core's
@@ -1144,10 +1155,13 @@ private:
         const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
         const double serial = xhi >= p.widest ? SerialOf(c, w_.widthOf[b][c]) : -1.0;
         double core = l.RangeUs(p.widest, p.widestLines, xlo, xhi, true, serial);
-        if (Traded(p.widest, xlo, xhi)) core = std::max(core, l.TradeUs(p.widest, p.widest, p.widestLines, xlo, xhi, serial));
-        core += l.base;
-        return RefitRange{std::max(p.trafficUs, Floor(core) * p.factorFloor), static_cast<int32_t>(tiLo),
-                          static_cast<int32_t>(tiHi), static_cast<int32_t>(c), static_cast<int32_t>(b)};
+        RefitRange r{std::max(p.trafficUs, Floor(l.base + core) * p.factorFloor), static_cast<int32_t>(tiLo),
+                     static_cast<int32_t>(tiHi), static_cast<int32_t>(c), static_cast<int32_t>(b)};
+        if (Traded(p.widest, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
+            core = std::max(core, l.TradeUs(p.widest, p.widest, p.widestLines, xlo, xhi, serial));
+            r.floor = std::max(p.trafficUs, Floor(l.base + core) * p.factorFloor);
+        }
+        return r;
     }
 
     /** Whether a range's floor takes CoreLines::TradeUs: a range of more than one tile where a core of e elements
