@@ -194,6 +194,7 @@ def main() -> int:
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--overload-only", action="store_true", help="only the 1,000-connection runs")
+    ap.add_argument("--only", default="", help="attacker rows to run, e.g. batches,explanations (no overload runs)")
     ap.add_argument("--max-connections", type=int, default=1000, help="the server's connection cap")
     a = ap.parse_args()
     if a.attack:  # the attacker process
@@ -226,6 +227,12 @@ def main() -> int:
 
     attacks = [("pictures", 4), ("pictures", 16), ("explanations", 4), ("explanations", 16), ("batches", 4),
                ("batches", 16), ("idle", 1000)]  # fmt: skip
+    if a.only:
+        wanted = set(a.only.split(","))
+        unknown = wanted - {kind for kind, _ in attacks}
+        if unknown:
+            ap.error(f"--only: no attacker row {', '.join(sorted(unknown))}")
+        attacks = [(kind, conns) for kind, conns in attacks if kind in wanted]
     print(f"victim: wrk -t2 -c{VICTIM_CONNECTIONS} {a.seconds} s on POST /tiling; attacker from {ATTACKER_ADDRESS}; "
           "a fresh server for every row")  # fmt: skip
     print(f"{'attacker':<22}{'victim mix':<11}{'served/s':>9}{'alone':>7}{'kept':>6}{'p99 ms':>8}{'alone':>7}"
@@ -254,6 +261,8 @@ def main() -> int:
             print(f"{f'{conns} x {kind}':<22}{mix:<11}{r['served']:>9.0f}{alone['served']:>7.0f}{100 * kept:>5.0f}%"
                   f"{r['p99_ms']:>8.2f}{alone['p99_ms']:>7.2f}{r['non2xx']:>8.0f}{busy_text:>7}{gc_max:>9}  {seen}",
                   flush=True)  # fmt: skip
+    if a.only:
+        return 0
     server, url, _ = fresh_server()
     try:
         for mix in ("cached", "distinct"):

@@ -12,9 +12,11 @@ throughput.
   matplotlib. Waiting jobs are served round robin by client address; a job whose client disconnects
   while it waits never runs (one already running finishes: a process is not interrupted mid-draw, and
   its result is cached).
-- **Batches** compute on the event loop (their answers are the cache's), item by item, and their
-  cold items are charged to a loop-time share: while other requests are in flight, batches together
-  get at most ``batch_share`` of the loop, each waits its turn; alone they run at full speed.
+- **The event loop's share.** What the expensive requests do on the event loop is charged to one
+  share of it (``batch_share``): a batch's items (computed there: their answers are the cache's), an
+  explanation's or picture's answer, and each one's body parsed and answer sent, timed from admission
+  (``LoopClock``). While other requests are in flight they get at most that share together: one over
+  it waits, and waits again on waking while the others have spent it; alone they run at full speed.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ import orjson
 
 #: How often a waiting request checks that its client is still there.
 DISCONNECT_POLL_S = 0.05
-#: Batch work past its share that may run before a batch waits (a few cold items).
+#: Expensive requests' loop work past their share that may run before one waits (a few cold items).
 BATCH_BURST_S = 0.002
+#: The scope key the admission middleware stamps an expensive request's admission time under.
+ADMITTED_AT = "bcetune.admitted_at"
 #: How long after another request was seen batches still count as sharing the loop.
 CONTENDED_FOR_S = 0.05
 
@@ -89,8 +93,8 @@ class Scheduler:
     _in_flight: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _running: int = field(default=0, init=False)
     _cheap_in_flight: int = field(default=0, init=False)
-    _batch_debt_s: float = field(default=0.0, init=False)
-    _batch_debt_at: float = field(default_factory=time.monotonic, init=False)
+    _debt_s: float = field(default=0.0, init=False)  # loop time the expensive requests spent past their share
+    _debt_at: float = field(default_factory=time.monotonic, init=False)
     _cheap_seen_at: float = field(default=-1e9, init=False)
 
     # the pool ------------------------------------------------------------------------------------
@@ -186,22 +190,56 @@ class Scheduler:
         """Other requests are in flight, or were a moment ago (a client between two requests)."""
         return self._cheap_in_flight > 0 or now - self._cheap_seen_at < CONTENDED_FOR_S
 
-    async def charge_batch(self, seconds: float) -> None:
-        """Charge ``seconds`` of a batch's work on the loop; wait while batches are over their share
-        and other requests are in flight (work-conserving: alone, a batch never waits)."""
+    async def charge(self, seconds: float) -> None:
+        """Charge ``seconds`` of an expensive request's work on the loop; wait while the expensive
+        requests are over their share and other requests are in flight (work-conserving: alone, one never
+        waits). A request that wakes waits again while the others have spent the share meanwhile."""
         now = time.monotonic()
         if not self._contended(now):  # nobody else to share with: no debt, only a yield between items
-            self._batch_debt_s, self._batch_debt_at = 0.0, now
+            self._debt_s, self._debt_at = 0.0, now
             await asyncio.sleep(0)
             return
-        # the loop time the others are owed: batch time beyond the share, repaid while batches wait
-        repaid = (now - self._batch_debt_at) * self.batch_share / (1 - self.batch_share)
-        self._batch_debt_s = max(0.0, self._batch_debt_s - repaid) + seconds
-        self._batch_debt_at = now
-        if self._batch_debt_s > BATCH_BURST_S:
-            await asyncio.sleep(self._batch_debt_s * (1 - self.batch_share) / self.batch_share)
-        else:
+        self._repay(now)
+        self._debt_s += seconds
+        if self._debt_s <= BATCH_BURST_S:
             await asyncio.sleep(0)
+            return
+        while self._debt_s > BATCH_BURST_S:
+            await asyncio.sleep(self._debt_s * (1 - self.batch_share) / self.batch_share)
+            now = time.monotonic()
+            if not self._contended(now):
+                self._debt_s, self._debt_at = 0.0, now
+                return
+            self._repay(now)
+
+    def _repay(self, now: float) -> None:
+        """The loop time the others are owed (the expensive requests' time beyond their share) is repaid
+        at share / (1 - share) per second of waiting."""
+        repaid = (now - self._debt_at) * self.batch_share / (1 - self.batch_share)
+        self._debt_s = max(0.0, self._debt_s - repaid)
+        self._debt_at = now
+
+
+class LoopClock:
+    """The event loop's time an expensive request has held, lap by lap, from its admission (its body read
+    and parsed, its route run) to each wait: what ``Scheduler.charge`` is given."""
+
+    def __init__(self, since: float) -> None:
+        self._since = since
+
+    @classmethod
+    def of(cls, request: Any) -> LoopClock:
+        return cls(request.scope.get(ADMITTED_AT, time.perf_counter()))
+
+    def held(self) -> float:
+        """The time since admission or the last wait, and a new lap from now."""
+        now = time.perf_counter()
+        held, self._since = now - self._since, now
+        return held
+
+    def resumed(self) -> None:
+        """Back on the loop after a wait: the lap starts now."""
+        self._since = time.perf_counter()
 
 
 def client_of(request: Any) -> str:
@@ -237,6 +275,7 @@ class Admission:
             client = _address(scope)
             try:
                 s.admit(client)
+                scope[ADMITTED_AT] = time.perf_counter()
             except Refused as e:
                 # the refusal comes after its Retry-After: a client that retries at once (ignoring it)
                 # makes one request a second per connection, not thousands of cheap refusals

@@ -4,9 +4,11 @@ outside), ``POST /tiling/explain`` (the answer of ``POST /tiling`` with the pict
 
 The same request body and limits as ``POST /tiling``; a tiling the service refuses is refused here
 with the same 422. The answer comes from the resolver on the event loop, as ``POST /tiling``'s does;
-the explanation and the pictures (scoring a slice and drawing take tens of milliseconds to seconds)
-are computed in the scheduler's worker processes (``service.scheduler``: a share per client, 429 or 503
-past it) and cached per request.
+the tiling behind it, the explanation and the pictures (scoring a slice and drawing take tens of
+milliseconds to seconds) are computed in the scheduler's worker processes (``service.scheduler``: a
+share per client, 429 or 503 past it), which keep the explanations they made for the pictures; the
+serving process caches only bytes (JSON, SVG, PNG), and what these routes do on its event loop is
+charged to the expensive requests' share of it.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from service.deps import ServiceDep
 from service.routes.tiling import answer, refused
-from service.scheduler import client_of
+from service.scheduler import LoopClock, client_of
 from service.schemas import ERRORS, TilingRequest
-from tiling_model import BadRequest, InvalidTiling, SocProfile, TilingData, TilingParams, compute_tiling
+from tiling_model import BadRequest, InvalidTiling, SocProfile, TilingParams, Variant, compute_tiling
 from tiling_model.explain import Explanation, explain
 
 router = APIRouter(tags=["explorer"])
@@ -57,32 +59,61 @@ _explained = _Lru(CACHE_SIZE)
 _pictures = _Lru(CACHE_SIZE)
 
 
-def explained(t: TilingData, profile: SocProfile) -> tuple[Explanation, bytes]:
-    """The explanation and its JSON (a worker process's job: the serving process encodes nothing big)."""
-    e = explain(t, profile)
-    return e, orjson.dumps(e.as_dict(), option=orjson.OPT_SERIALIZE_NUMPY)
+# --- in a worker process -------------------------------------------------------------------------------
+
+#: What a worker process keeps of the explanations it made: a picture of one is drawn without making it
+#: again (the serving process holds only bytes; a picture on another worker makes it there).
+_made = _Lru(CACHE_SIZE)
 
 
-async def _explain(req: TilingRequest, service: ServiceDep, request: Request) -> tuple[bytes, Explanation, bytes]:
-    """The answer's JSON, its explanation and the explanation's JSON."""
+def _explanation(key: Any, shape: list[int], variant: Variant, params: dict[str, Any], profile: SocProfile,
+                 period: int | None) -> Explanation:  # fmt: skip
+    e = _made.get(key)
+    if e is None:
+        e = explain(compute_tiling(shape, variant, TilingParams(**params), profile, "exact", period), profile)
+        _made.put(key, e)
+    return e
+
+
+def explained(key: Any, shape: list[int], variant: Variant, params: dict[str, Any], profile: SocProfile,
+              period: int | None) -> bytes:  # fmt: skip
+    """A worker process's job: the tiling behind an answer, its explanation, and the explanation's JSON."""
+    e = _explanation(key, shape, variant, params, profile, period)
+    return orjson.dumps(e.as_dict(), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def draw(key: Any, shape: list[int], variant: Variant, params: dict[str, Any], profile: SocProfile,
+         period: int | None, picture: str, fmt: str) -> bytes:  # fmt: skip
+    """A worker process's job: one picture of an answer's explanation (matplotlib is imported here, in the
+    worker processes only)."""
+    from tiling_model.explorer_plot import render
+
+    return render(_explanation(key, shape, variant, params, profile, period), picture, fmt)
+
+
+# --- on the event loop ---------------------------------------------------------------------------------
+
+
+async def _explain(req: TilingRequest, service: ServiceDep, request: Request, clock: LoopClock,
+                   picture: tuple[str, str] | None = None) -> tuple[bytes, bytes]:  # fmt: skip
+    """The answer's JSON, and its explanation's JSON or (``picture``: name, format) that picture."""
     body = answer(req, service.store, service.metrics, service.settings)
     doc: dict[str, Any] = orjson.loads(body)
     key = (req.model_dump_json(), doc["tiling_b64"], doc["soc"])
-    got = _explained.get(key)
+    cache, full = (_explained, key) if picture is None else (_pictures, (*key, *picture))
+    got = cache.get(full)
     if got is None:
-        period = doc["weight_period"] or None
         profile = service.store.snapshot.resolver.profile(doc["soc"])  # a device-tuned table's, where it is one
-        t = compute_tiling(list(req.shape), req.variant(), TilingParams(**doc["params"]), profile, "exact", period)
-        got = await service.scheduler.run(client_of(request), request.is_disconnected, explained, t, profile)
-        _explained.put(key, got)
-    return body, got[0], got[1]
-
-
-def draw(e: Explanation, picture: str, fmt: str) -> bytes:
-    """One picture (a worker process's job: matplotlib loads there, never in the serving process)."""
-    from tiling_model.explorer_plot import render
-
-    return render(e, picture, fmt)
+        job = (key, list(req.shape), req.variant(), doc["params"], profile, doc["weight_period"] or None)
+        s = service.scheduler
+        await s.charge(clock.held())  # the loop time so far, before waiting for the worker
+        if picture is None:
+            got = await s.run(client_of(request), request.is_disconnected, explained, *job)
+        else:
+            got = await s.run(client_of(request), request.is_disconnected, draw, *job, *picture)
+        clock.resumed()
+        cache.put(full, got)
+    return body, got
 
 
 @router.get("/", include_in_schema=False)
@@ -108,11 +139,14 @@ async def tiling_explain(req: TilingRequest, service: ServiceDep, request: Reque
     """The answer of ``POST /tiling`` (``answer``) and the explorer's data (``explain``): each core's
     element range and tiles, the UB buffers, the pipeline of one core of each kind, and the predicted
     time over tile size x core count for the answer's block size and BUFFER_NUM."""
+    clock = LoopClock.of(request)
     try:
-        body, _, explanation = await _explain(req, service, request)
+        body, explanation = await _explain(req, service, request, clock)
     except (BadRequest, InvalidTiling) as err:
         return refused(["body"], err, req)
-    return Response(b'{"answer":' + body + b',"explain":' + explanation + b"}", media_type="application/json")
+    out = Response(b'{"answer":' + body + b',"explain":' + explanation + b"}", media_type="application/json")
+    await service.scheduler.charge(clock.held())
+    return out
 
 
 @router.post("/tiling/plot/{picture}", responses={**ERRORS, 200: {"content": {"image/svg+xml": {}, "image/png": {}}}})
@@ -124,14 +158,11 @@ async def tiling_plot(
     format: Literal["svg", "png"] = Query("svg"),
 ) -> Any:
     """One picture of the answer's tiling: ``core_map``, ``ub``, ``timeline`` or ``landscape``."""
+    clock = LoopClock.of(request)
     try:
-        answer_body, e, _ = await _explain(req, service, request)
+        _, body = await _explain(req, service, request, clock, (picture, format))
     except (BadRequest, InvalidTiling) as err:
         return refused(["body"], err, req)
-    key = (req.model_dump_json(), orjson.loads(answer_body)["tiling_b64"], picture, format)
-    body = _pictures.get(key)
-    if body is None:
-        body = await service.scheduler.run(client_of(request), request.is_disconnected, draw, e, picture, format)
-        _pictures.put(key, body)
     media = "image/svg+xml" if format == "svg" else "image/png"
+    await service.scheduler.charge(clock.held())
     return Response(body, media_type=media, headers={"Cache-Control": "no-cache"})

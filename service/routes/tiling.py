@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -14,7 +13,7 @@ from service.deps import ServiceDep, json_bytes
 from service.errors import domain_item, error_response
 from service.metrics import Metrics
 from service.resolver import Query
-from service.scheduler import Disconnected
+from service.scheduler import Disconnected, LoopClock
 from service.schemas import ERRORS, BatchRequest, BatchResponse, TilingRequest, TilingResponse
 from service.store import TableStore
 from tiling_model import BadRequest, InvalidTiling
@@ -94,6 +93,7 @@ async def tiling_batch(batch: BatchRequest, service: ServiceDep, request: Reques
         return json_bytes({"detail": [item]}, status_code=422)
     out: list[bytes] = []
     budget = Budget(settings.batch_budget_s)
+    clock = LoopClock.of(request)  # every item's loop time, the body's parse before them, is the share's
     cold = 0
     for i, req in enumerate(batch.requests):
         left = budget.left
@@ -109,14 +109,17 @@ async def tiling_batch(batch: BatchRequest, service: ServiceDep, request: Reques
                 "yet; they are cached now: send the batch again, or the rest on its own",
             }
             return error_response([over], status_code=503, headers={"retry-after": "1"})
-        if budget.left < left:  # computed, not from the cache: charged to the batches' share
-            await service.scheduler.charge_batch(left - budget.left)
+        computed = budget.left < left  # not from the cache
+        if computed or i % 16 == 15:  # charged to the share (and other requests let in between items)
+            await service.scheduler.charge(clock.held())
+            clock.resumed()
+        if computed:
             cold += 1
             if cold % 16 == 0 and await request.is_disconnected():
                 raise Disconnected  # what it computed is cached; the rest is not worth computing
-        elif i % 16 == 15:
-            await asyncio.sleep(0)  # let other requests in between a batch's items
-    return json_body(b'{"responses":[' + b",".join(out) + b"]}")
+    done = json_body(b'{"responses":[' + b",".join(out) + b"]}")
+    await service.scheduler.charge(clock.held())
+    return done
 
 
 bench_router = APIRouter(include_in_schema=False)

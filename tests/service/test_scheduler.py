@@ -1,15 +1,19 @@
 """The scheduler (service.scheduler) on its own, with a real process pool: admission per client, the
-queue's shedding, round robin between clients, jobs of clients that left never run, and the batches'
-share of the event loop."""
+queue's shedding, round robin between clients, jobs of clients that left never run, and the expensive
+requests' share of the event loop (what is charged to it, in the app)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import time
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from service.app import create_app
+from service.config import Settings
 from service.scheduler import Disconnected, Refused, Scheduler
 
 
@@ -94,7 +98,7 @@ def test_batches_wait_for_their_share_only_while_others_are_in_flight() -> None:
     async def spend(items: int, each: float) -> float:
         start = time.monotonic()
         for _ in range(items):
-            await s.charge_batch(each)
+            await s.charge(each)
         return time.monotonic() - start
 
     alone = asyncio.run(spend(50, 0.002))  # 0.1 s of batch work with nobody else waiting: no waiting
@@ -104,3 +108,29 @@ def test_batches_wait_for_their_share_only_while_others_are_in_flight() -> None:
     assert alone < 0.15, alone  # no waiting (a loaded machine adds a little); shared waits >= 0.3 s
     # 0.1 s of work at a fifth of the loop: the rest of 0.5 s waited out (less the 2 ms allowed at once)
     assert 0.3 < shared < 0.8, shared
+
+
+
+def test_what_expensive_requests_do_on_the_loop_is_charged_from_admission(tmp_path: Path) -> None:
+    """A batch's items are charged to the share whether they were computed or cached (each costs the loop),
+    and its body's parse with them; an explanation's answer and bytes too: nothing they do on the loop is
+    free of the share."""
+    app = create_app(Settings(tables_dir=tmp_path, reload_interval_s=0))
+    charged: list[float] = []
+
+    async def spy(seconds: float) -> None:
+        charged.append(seconds)
+
+    one = {"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"}
+    with TestClient(app) as client:
+        app.state.service.scheduler.charge = spy
+        assert client.post("/tiling", json=one).status_code == 200  # cached from here on
+        started = time.perf_counter()
+        r = client.post("/tiling/batch", json={"requests": [one] * 64})
+        took = time.perf_counter() - started
+        assert r.status_code == 200 and len(r.json()["responses"]) == 64
+        assert len(charged) >= 64 // 16 and 0 < sum(charged) <= took, (charged, took)
+        charged.clear()
+        r = client.post("/tiling/explain", json={**one, "shape": [4096, 4096]})
+        assert r.status_code == 200 and "explain" in r.json()
+        assert len(charged) == 2 and all(s > 0 for s in charged), charged  # before the worker, and after it
