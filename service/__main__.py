@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--batch-share",
         type=float,
         default=env.batch_share,
-        help="share of the event loop batches get while other requests are in flight",
+        help="share of the event loop batches, explanations and pictures get while other requests are in flight",
     )
     a = parser.parse_args(argv)
     settings = Settings(

@@ -12,11 +12,13 @@ throughput.
   matplotlib. Waiting jobs are served round robin by client address; a job whose client disconnects
   while it waits never runs (one already running finishes: a process is not interrupted mid-draw, and
   its result is cached).
-- **The event loop's share.** What the expensive requests do on the event loop is charged to one
-  share of it (``batch_share``): a batch's items (computed there: their answers are the cache's), an
+- **One share of the CPU.** What the expensive requests cost is charged to one share (``batch_share``)
+  of a core: on the event loop, a batch's items (computed there: their answers are the cache's), an
   explanation's or picture's answer, and each one's body parsed and answer sent, timed from admission
-  (``LoopClock``). While other requests are in flight they get at most that share together: one over
-  it waits, and waits again on waking while the others have spent it; alone they run at full speed.
+  (``LoopClock``); in the workers, each job's CPU time (a worker's core is shared with the rest of the
+  machine: the load balancer, the clients, the kernel's network stack). While other requests are in
+  flight they get at most that share together: one over it waits before its answer, and waits again on
+  waking while the others have spent it; alone they run at full speed.
 """
 
 from __future__ import annotations
@@ -56,6 +58,13 @@ class Refused(Exception):
 
 class Disconnected(Exception):
     """The client went away while its request waited: nothing to answer."""
+
+
+def _timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """A job in a worker, and the CPU time it took there (what ``Scheduler.run`` charges to the share)."""
+    start = time.process_time()
+    result = fn(*args)
+    return result, time.process_time() - start
 
 
 def _worker_init() -> None:
@@ -132,7 +141,8 @@ class Scheduler:
     async def run(self, client: str, is_disconnected: Callable[[], Awaitable[bool]], fn: Callable[..., Any],
                   *args: Any) -> Any:  # fmt: skip
         """``fn(*args)`` in a worker process, in its turn among the clients waiting; the client must
-        have been admitted. Disconnected where the client leaves while the job waits."""
+        have been admitted. Disconnected where the client leaves while the job waits. Its CPU time in the
+        worker is charged to the share (``charge``) before its result is returned."""
         if self.queued >= self.max_queued:
             raise Refused(503, f"{self.max_queued} explanations and pictures are waiting already; retry shortly")
         job = _Job(fn, args, asyncio.get_running_loop().create_future())
@@ -141,7 +151,9 @@ class Scheduler:
         while True:
             done, _ = await asyncio.wait({job.done}, timeout=DISCONNECT_POLL_S)
             if done:
-                return job.done.result()
+                result, cpu_s = job.done.result()
+                await self.charge(cpu_s)  # the worker's CPU: the share's, like the loop's
+                return result
             if await is_disconnected():
                 job.cancelled = True  # dropped from its queue when its turn comes; a running job finishes
                 raise Disconnected
@@ -158,7 +170,7 @@ class Scheduler:
                 self._count("cancelled")
                 continue
             self._running += 1
-            wrapped = asyncio.wrap_future(self.pool().submit(job.fn, *job.args))
+            wrapped = asyncio.wrap_future(self.pool().submit(_timed, job.fn, *job.args))
             wrapped.add_done_callback(functools.partial(self._finished, job))
 
     def _count(self, outcome: str) -> None:

@@ -23,6 +23,14 @@ def napping(tag: str, seconds: float) -> tuple[str, int]:
     return tag, os.getpid()
 
 
+def burning(seconds: float) -> str:
+    """A job: keeps a CPU busy for ``seconds`` of its time."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+    return "burnt"
+
+
 async def present() -> bool:
     return False
 
@@ -113,8 +121,8 @@ def test_batches_wait_for_their_share_only_while_others_are_in_flight() -> None:
 
 def test_what_expensive_requests_do_on_the_loop_is_charged_from_admission(tmp_path: Path) -> None:
     """A batch's items are charged to the share whether they were computed or cached (each costs the loop),
-    and its body's parse with them; an explanation's answer and bytes too: nothing they do on the loop is
-    free of the share."""
+    and its body's parse with them; an explanation's answer and bytes too, and its worker's CPU: nothing
+    they cost is free of the share."""
     app = create_app(Settings(tables_dir=tmp_path, reload_interval_s=0))
     charged: list[float] = []
 
@@ -133,4 +141,27 @@ def test_what_expensive_requests_do_on_the_loop_is_charged_from_admission(tmp_pa
         charged.clear()
         r = client.post("/tiling/explain", json={**one, "shape": [4096, 4096]})
         assert r.status_code == 200 and "explain" in r.json()
-        assert len(charged) == 2 and all(s > 0 for s in charged), charged  # before the worker, and after it
+        # the loop before the worker, the worker's CPU, the loop after it
+        assert len(charged) == 3 and all(s > 0 for s in charged), charged
+
+
+def test_a_jobs_cpu_time_in_its_worker_is_charged_to_the_share_while_others_are_in_flight() -> None:
+    """0.1 s of a worker's CPU at a fifth of a core: answered after ~0.4 s more while other requests are in
+    flight (a worker's core is the machine's too), at once when none are."""
+    s = Scheduler(workers=1, batch_share=0.2)
+
+    async def timed() -> float:
+        start = time.monotonic()
+        assert await s.run("a", present, burning, 0.1) == "burnt"
+        return time.monotonic() - start
+
+    try:
+        asyncio.run(s.run("a", present, burning, 0.0))  # the worker started
+        alone = asyncio.run(timed())
+        s.cheap_started()
+        shared = asyncio.run(timed())
+        s.cheap_finished()
+    finally:
+        s.shutdown()
+    assert alone < 0.35, alone
+    assert shared > alone + 0.25, (alone, shared)
