@@ -118,7 +118,6 @@ def test_batches_wait_for_their_share_only_while_others_are_in_flight() -> None:
     assert 0.3 < shared < 0.8, shared
 
 
-
 def test_what_expensive_requests_do_on_the_loop_is_charged_from_admission(tmp_path: Path) -> None:
     """A batch's items are charged to the share whether they were computed or cached (each costs the loop),
     and its body's parse with them; an explanation's answer and bytes too, and its worker's CPU: nothing
