@@ -793,10 +793,10 @@ struct CoreLines {
      */
     double TradeUs(int64_t eMin, int64_t eMax, Lines which, int64_t lo, int64_t hi, double serial = -1.0) const {
         if (!valid) return -INFINITY;
-        const Trade* trades = TradeOf(static_cast<int>(which));
         double least = hi < eMin ? INFINITY : serial >= 0.0 ? serial : SerialUs(static_cast<double>(eMin), which);
         const int64_t top = std::min(hi, eMax - 1);  // the tiles that leave some kind a last tile
         if (top < lo) return least;
+        const Trade* trades = TradeOf(static_cast<int>(which));
         const double e0 = static_cast<double>(eMin), e1 = static_cast<double>(eMax);
         const double xlo = static_cast<double>(lo), xhi = static_cast<double>(top);
         const int64_t first = std::max<int64_t>(Ceil(eMin, top), 2), last = Ceil(eMax, lo);
@@ -1009,6 +1009,7 @@ public:
           stepElems_(kTileStepBytes / k.elemBytes) {
         const VectorFloor vec(k, s);
         const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
+        curvesRise_ = Rises(s.mte2) && Rises(s.mte3) && s.misalignedFactor > 0.0;
         for (int b = 0; b < nBlocks; ++b) {
             blockElems_[b] = blocks[b] / k.elemBytes;
             blockCount_[b] = Ceil(n, blockElems_[b]);
@@ -1072,6 +1073,14 @@ private:
         int64_t tile = -1, cores = -1, block = -1;
         int blockIndex = kMaxBlocks;
     };
+
+    /** A curve whose times never fall with the bytes (nor past its last point): CopyUs then rises with them. */
+    static bool Rises(const Curve& c) {
+        for (int i = 0; i + 1 < c.points; ++i) {
+            if (c.bytes[i + 1] <= c.bytes[i] || c.us[i + 1] < c.us[i]) return false;
+        }
+        return c.slope >= 0.0;
+    }
 
     /** A floor with float rounding taken off (the floors' arithmetic is not the prediction's). */
     static double Floor(double bound) { return bound - (kPruneMarginUs + 1e-9 * std::fabs(bound)); }
@@ -1166,7 +1175,7 @@ private:
 
     /** Whether a range's floor takes CoreLines::TradeUs: a range of more than one tile where a core of e elements
      *  runs few tiles at its largest (with many, the last tiles' drain is a small part of the time). */
-    static bool Traded(int64_t e, int64_t xlo, int64_t xhi) { return xhi > xlo && Ceil(e, xhi) <= kTradeTiles; }
+    static bool Traded(int64_t e, int64_t xlo, int64_t xhi) { return xhi > xlo && xlo < e && Ceil(e, xhi) <= kTradeTiles; }
 
     /** Where to split tiLo..tiHi (returns the lower part's last tile index) of a core whose widest kind has e
      *  elements: by tile count where the range spans more than one (at the geometric middle), else by tile. */
@@ -1211,8 +1220,47 @@ private:
             const RefitPair& p = PairOf(b, c);
             if (previous != nullptr && SamePredictions(*previous, p)) continue;  // the larger block wins every tie
             previous = &p;
-            if (CanWin(p.trafficUs, r.tiHi * kTileStepBytes, c, b)) Push(PairRange(p, c, b, r.tiLo, r.tiHi));
+            if (!CanWin(std::max(p.trafficUs, r.floor), r.tiHi * kTileStepBytes, c, b)) continue;
+            if (r.tiLo * stepElems_ >= e) {
+                OneTile(p, c, b, r.tiLo, r.tiHi);  // one tile a core at every tile: its prediction at once
+            } else {
+                Push(PairRange(p, c, b, r.tiLo, r.tiHi));
+            }
         }
+    }
+
+    /**
+     * OneTileUs(WithTile(p.kinds, te), k_, s_, hit_) to the bit, each core kind's one-tile time computed only
+     * where no kind as wide and as aligned bounds it (StageOf rises with the elements where the SoC's copy
+     * curves do: curvesRise_), the widest kind's taken from its width (SerialOf: the same operations).
+     */
+    double OneTilePairUs(const RefitPair& p, int64_t c, int b, int64_t te) {
+        const Kinds kd = WithTile(p.kinds, te);
+        const double cores = static_cast<double>(kd.cores);
+        const double share = agg_ / cores, l2Share = s_.l2Gbps / cores;
+        const double rowUs =
+            static_cast<double>(k_.workspaceInputs) * CopyUs(static_cast<double>(k_.rowBytes), s_.mte2, share, true, 1.0);
+        const int wi = w_.widthOf[b][c];
+        const RefitWidth& width = w_.widths[c][wi];
+        double coreUs = 0.0;
+        for (int i = 0; i < 3; ++i) {
+            if (kd.counts[i] <= 0 || kd.tiles[i] <= 0) continue;
+            bool bounded = false;  // by a kind at least as wide and as aligned (the first of equals counts)
+            for (int j = 0; j < 3 && curvesRise_ && !bounded; ++j) {
+                bounded = j != i && kd.counts[j] > 0 && kd.tiles[j] > 0 && kd.aligned[j] == kd.aligned[i] &&
+                          (kd.tail[j] > kd.tail[i] || (kd.tail[j] == kd.tail[i] && j < i));
+            }
+            if (bounded) continue;
+            double serial;
+            if (kd.tail[i] == width.elems && kd.aligned[i] == (width.lines == Lines::Aligned)) {
+                serial = SerialOf(c, wi);
+            } else {
+                const Stage t = StageOf(static_cast<double>(kd.tail[i]), k_, s_, share, kd.aligned[i], -1.0, l2Share);
+                serial = t.in + t.vec + t.out;
+            }
+            coreUs = std::max(coreUs, serial + s_.coreStartUs + rowUs);
+        }
+        return s_.launchUs + std::max(coreUs, TrafficUs(kd, k_, s_, agg_));
     }
 
     /** widths[c][i] run as one tile (computed at its first use): Evaluate's stages of a one-tile core. */
@@ -1309,7 +1357,7 @@ private:
     /** Tiles tiLo..tiHi that hold every core in one: they predict alike but for their knob correction (by
      *  alignment class, which repeats every 8 tiles), so the largest tile of each class is its only candidate. */
     void OneTile(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) {
-        const double us = OneTileUs(WithTile(p.kinds, tiHi * stepElems_), k_, s_, hit_);
+        const double us = OneTilePairUs(p, c, b, tiHi * stepElems_);
         for (int64_t ti = tiHi; ti >= tiLo && ti > tiHi - (corrected_ ? 8 : 1); --ti) {
             const int64_t tile = ti * kTileStepBytes;
             const double factor = KnobFactor(s_, k_, blocks_[b], bn_, tile, c);
@@ -1398,6 +1446,7 @@ private:
     const bool corrected_;
     const int64_t stepElems_;  // elements per tile step
     int64_t coresMax_[kMaxBlocks] = {};
+    bool curvesRise_ = false;  // the copy curves never fall: a copy of more bytes never takes less time
     int64_t blockElems_[kMaxBlocks] = {}, blockCount_[kMaxBlocks] = {};  // per block: its elements, blocks of n
     int64_t widestTop_[kMaxCores + 1] = {};  // per core count: no pair's widest core holds more
     int64_t topCores_ = 0;
