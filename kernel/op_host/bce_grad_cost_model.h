@@ -802,9 +802,14 @@ struct CoreLines {
         const int64_t first = std::max<int64_t>(Ceil(eMin, top), 2), last = Ceil(eMax, lo);
         const int64_t counted = std::min(last, first + kCountedTrades - 1);
         const double vf = vecFixed, vp = vecPerElem;
+        // the tiles of t tiles, ceil(e / x) == t: e / t <= x <= (e - 1) / (t - 1), by reciprocals (one division
+        // a count), widened by a rounding's width (a wider range only lowers its floor)
+        constexpr double kLow = 1.0 - 1e-12, kHigh = 1.0 + 1e-12;
+        double invBefore = 1.0 / static_cast<double>(first - 1);  // 1 / (t - 1)
         for (int64_t t = first; t <= counted; ++t) {
-            const double tt = static_cast<double>(t), nf = tt - 1.0;
-            const double xa = std::max(xlo, e0 / tt), xb = std::min(xhi, (e1 - 1.0) / nf);  // ceil(e / x) == t
+            const double tt = static_cast<double>(t), nf = tt - 1.0, inv = 1.0 / tt;
+            const double xa = std::max(xlo, e0 * inv * kLow), xb = std::min(xhi, (e1 - 1.0) * invBefore * kHigh);
+            invBefore = inv;
             if (xa > xb) continue;
             // the CopyIns' line that is the larger at the middle of the range (either is under every CopyIn)
             const double xm = 0.5 * (xa + xb);
@@ -821,11 +826,11 @@ struct CoreLines {
             least = std::min(least, v);
         }
         if (counted < last) {  // more tiles than `counted`: x <= (e - 1) / counted
-            const double xb = std::min(xhi, (e1 - 1.0) / static_cast<double>(counted));
+            const double xb = std::min(xhi, (e1 - 1.0) * invBefore * kHigh), root = std::sqrt(e0);
             double v = -INFINITY;
             for (int l = 0; l < 2; ++l) {
                 const Trade& tr = trades[l];
-                const double x = std::min(std::max(std::sqrt(e0) * tr.root, xlo), xb);
+                const double x = std::min(std::max(root * tr.root, xlo), xb);
                 v = std::max(v, e0 * tr.f / x + tr.mixPerElem * x + e0 * tr.p + tr.mixFixed);
             }
             least = std::min(least, v);
