@@ -39,11 +39,11 @@ import orjson
 
 #: How often a waiting request checks that its client is still there.
 DISCONNECT_POLL_S = 0.05
-#: Expensive requests' loop work past their share that may run before one waits (a few cold items).
-BATCH_BURST_S = 0.002
+#: Expensive requests' work past their share that may run before one waits (a few cold items).
+SHARE_BURST_S = 0.002
 #: The scope key the admission middleware stamps an expensive request's admission time under.
 ADMITTED_AT = "bcetune.admitted_at"
-#: How long after another request was seen batches still count as sharing the loop.
+#: How long after another request was seen the expensive requests still count as sharing the CPU.
 CONTENDED_FOR_S = 0.05
 
 
@@ -102,7 +102,7 @@ class Scheduler:
     _in_flight: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _running: int = field(default=0, init=False)
     _cheap_in_flight: int = field(default=0, init=False)
-    _debt_s: float = field(default=0.0, init=False)  # loop time the expensive requests spent past their share
+    _debt_s: float = field(default=0.0, init=False)  # CPU time the expensive requests spent past their share
     _debt_at: float = field(default_factory=time.monotonic, init=False)
     _cheap_seen_at: float = field(default=-1e9, init=False)
 
@@ -203,7 +203,7 @@ class Scheduler:
         return self._cheap_in_flight > 0 or now - self._cheap_seen_at < CONTENDED_FOR_S
 
     async def charge(self, seconds: float) -> None:
-        """Charge ``seconds`` of an expensive request's work on the loop; wait while the expensive
+        """Charge ``seconds`` of an expensive request's work (on the loop or in a worker); wait while the expensive
         requests are over their share and other requests are in flight (work-conserving: alone, one never
         waits). A request that wakes waits again while the others have spent the share meanwhile."""
         now = time.monotonic()
@@ -213,10 +213,10 @@ class Scheduler:
             return
         self._repay(now)
         self._debt_s += seconds
-        if self._debt_s <= BATCH_BURST_S:
+        if self._debt_s <= SHARE_BURST_S:  # within the burst: only a yield
             await asyncio.sleep(0)
             return
-        while self._debt_s > BATCH_BURST_S:
+        while self._debt_s > SHARE_BURST_S:
             await asyncio.sleep(self._debt_s * (1 - self.batch_share) / self.batch_share)
             now = time.monotonic()
             if not self._contended(now):
@@ -225,7 +225,7 @@ class Scheduler:
             self._repay(now)
 
     def _repay(self, now: float) -> None:
-        """The loop time the others are owed (the expensive requests' time beyond their share) is repaid
+        """The time the others are owed (the expensive requests' time beyond their share) is repaid
         at share / (1 - share) per second of waiting."""
         repaid = (now - self._debt_at) * self.batch_share / (1 - self.batch_share)
         self._debt_s = max(0.0, self._debt_s - repaid)

@@ -1071,6 +1071,8 @@ private:
     /** A range's block for every block of its core count (>= 0: one block; <= -2: the blocks of one widest core,
      *  widths[cores][-2 - block]). */
     static constexpr int32_t kEveryBlock = -1;
+    static int32_t WidthBlock(int i) { return -2 - i; }                  // widths[cores][i]'s range's block
+    static int WidthOf(const RefitRange& r) { return -2 - r.block; }      // and back: a width range's index
     static constexpr int64_t kTradeTiles = 12;  // TradeUs for ranges whose core runs at most this many tiles (Traded)
 
     struct Best {
@@ -1154,7 +1156,7 @@ private:
         const double traffic = CoresTrafficUs(c), factor = w_.groupFactor[c];
         double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
         RefitRange r{std::max(traffic, Floor(l.base + core)) * factor, static_cast<int32_t>(tiLo),
-                     static_cast<int32_t>(tiHi), static_cast<int32_t>(c), -2 - i};
+                     static_cast<int32_t>(tiHi), static_cast<int32_t>(c), WidthBlock(i)};
         if (Traded(wd.elems, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
             core = std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial));
             r.floor = std::max(traffic, Floor(l.base + core)) * factor;
@@ -1205,7 +1207,7 @@ private:
     /** 3. A widest core's range: split by tile while that core runs more than one tile, else opened into its pairs. */
     void OpenWidth(const RefitRange& r) {
         const int64_t c = r.cores;
-        const int i = -2 - r.block;
+        const int i = WidthOf(r);
         const int64_t e = w_.widths[c][i].elems;
         if (r.tiHi > r.tiLo && r.tiLo * stepElems_ < e) {
             int64_t tiHi = r.tiHi;
@@ -1250,12 +1252,7 @@ private:
         double coreUs = 0.0;
         for (int i = 0; i < 3; ++i) {
             if (kd.counts[i] <= 0 || kd.tiles[i] <= 0) continue;
-            bool bounded = false;  // by a kind at least as wide and as aligned (the first of equals counts)
-            for (int j = 0; j < 3 && curvesRise_ && !bounded; ++j) {
-                bounded = j != i && kd.counts[j] > 0 && kd.tiles[j] > 0 && kd.aligned[j] == kd.aligned[i] &&
-                          (kd.tail[j] > kd.tail[i] || (kd.tail[j] == kd.tail[i] && j < i));
-            }
-            if (bounded) continue;
+            if (curvesRise_ && Bounded(kd, i)) continue;
             double serial;
             if (kd.tail[i] == width.elems && kd.aligned[i] == (width.lines == Lines::Aligned)) {
                 serial = SerialOf(c, wi);
@@ -1266,6 +1263,16 @@ private:
             coreUs = std::max(coreUs, serial + s_.coreStartUs + rowUs);
         }
         return s_.launchUs + std::max(coreUs, TrafficUs(kd, k_, s_, agg_));
+    }
+
+    /** Whether another kind of kd's that runs is at least as wide as kind i and as aligned (the first of equals
+     *  counts): then its one tile takes at least as long, where the curves rise. */
+    static bool Bounded(const Kinds& kd, int i) {
+        for (int j = 0; j < 3; ++j) {
+            if (j == i || kd.counts[j] <= 0 || kd.tiles[j] <= 0 || kd.aligned[j] != kd.aligned[i]) continue;
+            if (kd.tail[j] > kd.tail[i] || (kd.tail[j] == kd.tail[i] && j < i)) return true;
+        }
+        return false;
     }
 
     /** widths[c][i] run as one tile (computed at its first use): Evaluate's stages of a one-tile core. */
@@ -1285,7 +1292,7 @@ private:
         const int64_t c = r.cores;
         const RefitPair* previous = nullptr;
         for (int b = 0; b < nBlocks_; ++b) {
-            if (c > coresMax_[b] || w_.widthOf[b][c] != -2 - r.block) continue;
+            if (c > coresMax_[b] || w_.widthOf[b][c] != WidthOf(r)) continue;
             const RefitPair& p = PairOf(b, c);
             if (previous != nullptr && SamePredictions(*previous, p)) continue;  // the larger block wins every tie
             previous = &p;
@@ -1430,7 +1437,7 @@ private:
         const int first = r.block < 0 ? 0 : r.block, last = r.block < 0 ? nBlocks_ - 1 : r.block;
         for (int b = first; b <= last; ++b) {
             if (r.cores > coresMax_[b]) continue;
-            if (r.block < kEveryBlock && w_.widthOf[b][r.cores] != -2 - r.block) continue;  // another widest core's
+            if (r.block < kEveryBlock && w_.widthOf[b][r.cores] != WidthOf(r)) continue;  // another widest core's
             const RefitPair& p = PairOf(b, r.cores);
             const int64_t one = Ceil(p.widest, stepElems_);
             if (r.tiHi >= one) OneTile(p, r.cores, b, std::max<int64_t>(one, r.tiLo), r.tiHi);
