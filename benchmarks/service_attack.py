@@ -68,19 +68,94 @@ end
 """
 
 
-def overload(url: str, bodies: list[str], seconds: int, pid: int) -> tuple[dict[str, float], dict[str, int], float]:
-    """wrk with 1,000 connections: its figures, the answers by status (a refusal without Retry-After
-    counted apart), and the server's RSS after it (MiB)."""
+def overload(
+    url: str, bodies: list[str], seconds: int, pid: int
+) -> tuple[dict[str, float], dict[str, int], float, dict[str, object]]:
+    """1,000 connections: wrk on 996 (clients that send again at once, ignoring Retry-After) and the
+    probe on 4 (clients that honour it). wrk's figures, its answers by status (a refusal without
+    Retry-After counted apart), the server's RSS after it (MiB), the probe's served latency."""
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "mix.lua"
         script.write_text(lua_script(bodies) + COUNT_STATUSES)
+        probe_bodies = Path(tmp) / "probe.json"  # the probe's own slice: no body wrk sends
+        probe_bodies.write_text(json.dumps(bodies[::-1][:20_000]))
+        port = url.rsplit(":", 1)[1]
+        prober = subprocess.Popen(
+            [sys.executable, __file__, "--probe", str(probe_bodies), "--seconds", str(seconds), "--port", port],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
         out = subprocess.run(
-            ["wrk", "-t2", "-c1000", f"-d{seconds}s", "--timeout", "5s", "--latency", "-s", str(script),
-             url + "/tiling"], capture_output=True, text=True, check=True,
+            ["wrk", "-t2", f"-c{1000 - PROBE_CONNECTIONS}", f"-d{seconds}s", "--timeout", "5s", "--latency", "-s",
+             str(script), url + "/tiling"], capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
+        probed = json.loads(prober.communicate(timeout=60)[0])
     statuses = {m.group(1): int(m.group(2)) for m in re.finditer(r"status (.+): (\d+)", out)}
     rss = int(next(x.split()[1] for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS")))
-    return parse(out), statuses, rss / 1024
+    return parse(out), statuses, rss / 1024, probed
+
+
+PROBE_ADDRESS = "127.0.0.3"
+PROBE_CONNECTIONS = 4
+
+
+async def _probe_connection(port: int, bodies: list[str], until: float, served: list[float], seen: Counter) -> None:
+    """One client that honours Retry-After: each request timed from its write to its whole answer; a
+    refusal waits its Retry-After, then the next request goes (on the same connection if kept)."""
+    reader = writer = None
+    i = 0
+    while time.monotonic() < until:
+        if writer is None:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(PROBE_ADDRESS, 0))
+            except OSError:
+                seen["connect error"] += 1
+                await asyncio.sleep(0.1)
+                continue
+        assert reader is not None
+        i += 1
+        sent = time.monotonic()
+        try:
+            writer.write(request_bytes("/tiling", bodies[i % len(bodies)].encode()))
+            await writer.drain()
+            status, retry_after, close = await asyncio.wait_for(_read_answer(reader), 10)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            seen["connection lost"] += 1
+            writer.close()
+            writer = None
+            continue
+        seen[str(status)] += 1
+        if status == 200:
+            served.append(time.monotonic() - sent)
+        if close:
+            writer.close()
+            writer = None
+        if retry_after:
+            await asyncio.sleep(retry_after)
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, float, bool]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    m = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+    await reader.readexactly(int(m.group(1)) if m else 0)
+    retry = re.search(rb"retry-after: (\d+)", head, re.IGNORECASE)
+    closing = re.search(rb"connection: close", head, re.IGNORECASE) is not None
+    return int(head.split(b" ", 2)[1]), float(retry.group(1)) if retry else 0.0, closing
+
+
+async def probe(port: int, bodies: list[str], seconds: float) -> dict[str, object]:
+    """The served latency under overload as a client that honours Retry-After sees it (wrk's figures
+    count the requests its connections send against a Retry-After too: held until it has passed)."""
+    served: list[float] = []
+    seen: Counter = Counter()
+    until = time.monotonic() + seconds
+    slices = [bodies[k::PROBE_CONNECTIONS] for k in range(PROBE_CONNECTIONS)]
+    await asyncio.gather(*(_probe_connection(port, s, until, served, seen) for s in slices))
+    served.sort()
+
+    def pct(q: float) -> float:
+        return round(1e3 * served[min(len(served) - 1, int(q * len(served)))], 1) if served else float("nan")
+
+    return {"served": len(served), "p50_ms": pct(0.5), "p99_ms": pct(0.99), "max_ms": pct(1.0), "answers": dict(seen)}
 
 
 def gc_pause_max(url: str) -> str:
@@ -192,11 +267,15 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--attack", choices=["pictures", "explanations", "batches", "idle"])
     ap.add_argument("--conns", type=int, default=4)
+    ap.add_argument("--probe", default="", help="(internal) run the served-latency probe on these bodies (JSON)")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--overload-only", action="store_true", help="only the 1,000-connection runs")
     ap.add_argument("--only", default="", help="attacker rows to run, e.g. batches,explanations (no overload runs)")
     ap.add_argument("--max-connections", type=int, default=1000, help="the server's connection cap")
     a = ap.parse_args()
+    if a.probe:  # the served-latency probe process
+        print(json.dumps(asyncio.run(probe(a.port, json.loads(Path(a.probe).read_text()), a.seconds))))
+        return 0
     if a.attack:  # the attacker process
         seen = asyncio.run(attack(a.attack, a.conns, a.seconds, a.port))
         print(json.dumps(dict(seen)))
@@ -267,11 +346,14 @@ def main() -> int:
     try:
         for mix in ("cached", "distinct"):
             bodies = cached if mix == "cached" else distinct[used:]
-            r, statuses, rss = overload(url, bodies, 30, server.pid)
+            r, statuses, rss, probed = overload(url, bodies, 30, server.pid)
             used += int(r["requests"]) if mix == "distinct" else 0
-            print(f"1,000 connections for 30 s, {mix} mix: {r['rps']:.0f} req/s, p99 {r['p99_ms']:.1f} ms "
-                  f"(served and refused), {r['timeouts']:.0f} client timeouts (5 s), answers {statuses}; "
-                  f"server RSS {rss:.0f} MiB", flush=True)  # fmt: skip
+            print(f"1,000 connections for 30 s, {mix} mix: wrk (996 connections, Retry-After ignored) "
+                  f"{r['rps']:.0f} req/s, p99 {r['p99_ms']:.1f} ms (served, refused and held), "
+                  f"{r['timeouts']:.0f} client timeouts (5 s), answers {statuses}; probe (4 connections, "
+                  f"Retry-After honoured): served p50 {probed['p50_ms']} ms, p99 {probed['p99_ms']} ms, "
+                  f"max {probed['max_ms']} ms, answers {probed['answers']}; server RSS {rss:.0f} MiB",
+                  flush=True)  # fmt: skip
         print(f"longest GC pause of the serving process (the overload runs): {gc_pause_max(url)}")
     finally:
         server.kill()

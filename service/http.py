@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
+import types
 from collections import OrderedDict
 from typing import Any
 
@@ -47,6 +49,7 @@ DEFAULT_MAX_HEADER_BYTES = 16384
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 DEFAULT_MAX_ACTIVE = 1024  # Settings.max_active
 DEFAULT_SHED_WAIT_S = 2.0  # Settings.shed_wait_s
+SHED_RETRY_AFTER_S = 1  # a shed refusal's Retry-After, and how long its connection's reads are held
 MIN_IDLE_S = 1.0  # what an idle connection must have been idle for to be closed for another's request
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
@@ -80,6 +83,10 @@ class DrainRate:
         return in_progress / self.per_s
 
 
+_REFUSED = types.SimpleNamespace(response_complete=True, keep_alive=True, disconnected=False)
+"""The cycle of a request refused on a kept connection: finished, so uvicorn drops its body."""
+
+
 class _Refuse(Exception):
     def __init__(self, status: int, msg: str) -> None:
         super().__init__(msg)
@@ -97,7 +104,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._pending_bytes = 0  # raw bytes received while the headers were incomplete
         self._began_in_read = False  # a request began within the read being parsed
         self._deferred: bytes | None = None  # a refusal waiting for the answers before it
-        self._refused = False
+        self._refused = False  # refused and closing: nothing more is read
+        self._refusing = False  # the response in progress is a shed refusal (the connection kept)
+        self._held: asyncio.TimerHandle | None = None  # reads held for a refusal's Retry-After
         self._served = False  # an answer completed on this connection: past the cap's check
         # the server's idle connections, longest idle first (one registry per server, O(1) to evict)
         self._idle: OrderedDict[GuardedHttpToolsProtocol, float] = self.server_state.__dict__.setdefault(
@@ -148,7 +157,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._served = True
-        self._drain.answered(len(self.tasks))
+        if self._refusing:
+            self._refusing = False
+        else:
+            self._drain.answered(len(self.tasks))
         if not self.pipeline:
             self._idle[self] = time.monotonic()  # idle from now: the newest
         if self._deferred is not None and not self._busy():
@@ -193,6 +205,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         self._idle.pop(self, None)
         self._closing.discard(self)
         super().connection_lost(exc)
@@ -257,18 +272,84 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         at_cap = cap is not None and not self._served and len(self.connections) - len(self._closing) >= cap
         if at_cap and not self._evict_idle():
             raise _Refuse(503, f"the server is at its limit of {cap} connections, none idle; retry shortly")
-        # at once, and the connection closed: kept open, a client that retries at once (wrk, a hostile
-        # one) spins on cheap 503s that take the loop from the requests in progress
+        shed = self._shed()
+        if shed is None:
+            super().on_headers_complete()
+            return
+        # Refused at once on the kept connection, its body read by the parser and dropped, then nothing
+        # more read from it for (part of) its Retry-After: a client that retries at once waits that out in
+        # its own socket instead of spinning on cheap 503s (closed, it reconnects: the module's doc).
+        if not self._busy() and self.parser.should_keep_alive() and not self.parser.should_upgrade():
+            self._refuse_kept(shed)  # the common case, written here: no task, no ASGI cycle
+            return
+        app, self.app = self.app, self._refusal_app(shed)  # behind answers in progress: in its turn
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
+
+    def _shed(self) -> str | None:
+        """Why this request is refused at once (the requests in progress are past their cap, or would take
+        past the shedding wait at the measured rate); None: it is admitted."""
         if len(self.tasks) >= self.max_active:
-            raise _Refuse(503, f"the server has {self.max_active} requests in progress; retry shortly")
+            return f"the server has {self.max_active} requests in progress; retry shortly"
         wait = self._drain.wait_s(len(self.tasks) + 1)
         if wait > self.shed_wait_s:
-            raise _Refuse(
-                503,
+            return (
                 f"the requests in progress would take {wait:.2f} s to answer, over {self.shed_wait_s:g} s; "
-                "retry shortly",
+                "retry shortly"
             )
-        super().on_headers_complete()
+        return None
+
+    def _refuse_kept(self, msg: str) -> None:
+        """Answer the 503 now and keep the connection: the request's cycle is a finished stand-in, so the
+        parser reads its body and drops it (uvicorn skips the body of a cycle whose response is complete)."""
+        body = orjson.dumps({"detail": [{"loc": [], "msg": msg, "type": "http_503"}]})
+        self.cycle = _REFUSED  # type: ignore[assignment]
+        self.transport.write(
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"retry-after: %d\r\n\r\n%s" % (len(body), SHED_RETRY_AFTER_S, body)
+        )
+        self.server_state.total_requests += 1
+        self._served = True
+        self._idle[self] = time.monotonic()
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        self._hold_after_refusal()
+
+    def _refusal_app(self, msg: str) -> Any:
+        """An ASGI app answering this request's 503 with Retry-After, then holding the connection's reads."""
+        body = orjson.dumps({"detail": [{"loc": [], "msg": msg, "type": "http_503"}]})
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"retry-after", b"%d" % SHED_RETRY_AFTER_S),
+        ]
+
+        async def refuse(scope: Any, receive: Any, send: Any) -> None:
+            self._refusing = True  # its completion is not an answer the drain rate counts
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            self._hold_after_refusal()
+
+        return refuse
+
+    def _hold_after_refusal(self) -> None:
+        """Held for a random part of the Retry-After: connections refused in one burst come back spread out,
+        not as the next burst (a client that honours the Retry-After is never held)."""
+        self._hold(SHED_RETRY_AFTER_S * random.uniform(0.5, 1.0))
+
+    def _hold(self, seconds: float) -> None:
+        """Read nothing more from this connection for ``seconds`` (what was read already is parsed and
+        answered in order). uvicorn's own pause (pipelining, a large body) resumes it sooner, if ever."""
+        if self.transport.is_closing() or self._held is not None:
+            return
+        self.transport.pause_reading()
+        self._held = self.loop.call_later(seconds, self._release)
+
+    def _release(self) -> None:
+        self._held = None
+        if not self.transport.is_closing() and not self.flow.read_paused:
+            self.transport.resume_reading()
 
     def _evict_idle(self) -> bool:
         """Close the connection idle longest (not this one: it has a request), if it has been idle

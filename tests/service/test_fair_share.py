@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 import pytest
@@ -141,7 +142,9 @@ def test_past_the_in_progress_cap_a_request_is_refused_at_once_with_retry_after(
 
 def test_a_request_that_would_wait_past_the_shedding_deadline_is_refused_at_once(tables: Path) -> None:
     """The deadline is a wait at the measured rate (no measurement yet: 2,000 answers a second assumed), so
-    a deadline below one answer's share refuses even the first request, with Retry-After, and closes."""
+    a deadline below one answer's share refuses even the first request, with Retry-After, on the kept
+    connection: its body is read (the next request parses), and nothing more is read for part of the
+    Retry-After (half of it at least)."""
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(port), "--tables", str(tables),
                              "--reload-interval", "0", "--shed-wait", "0.0001"], stdout=subprocess.DEVNULL,
@@ -156,12 +159,63 @@ def test_a_request_that_would_wait_past_the_shedding_deadline_is_refused_at_once
             except httpx.TransportError:
                 assert time.monotonic() < deadline and proc.poll() is None, "service did not come up"
                 time.sleep(0.1)
-        assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.headers["connection"] == "close"
+        assert r.status_code == 503 and r.headers["retry-after"] == "1" and "connection" not in r.headers
         assert "would take" in r.json()["detail"][0]["msg"] and "over 0.0001 s" in r.json()["detail"][0]["msg"]
         assert httpx.get(url + "/healthz").status_code == 503  # every request: none can be answered in time
+
+        body = b'{"shape": [1024], "dtype": "float32"}'
+        post = b"POST /tiling HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.settimeout(10)
+            sent = time.monotonic()
+            f = s.makefile("rb")
+            s.sendall(post % (len(body), body))
+            first = _read_answer(f)
+            s.sendall(post % (len(body), body))  # at once, ignoring the Retry-After
+            second = _read_answer(f)
+            waited = time.monotonic() - sent
+        for answer in (first, second):
+            head = answer.split(b"\r\n\r\n", 1)[0].lower()
+            assert head.startswith(b"http/1.1 503") and b"retry-after: 1" in head and b"connection: close" not in head
+        # held for a random part of the Retry-After, half of it at least
+        assert waited >= 0.45, f"the second request was read {waited:.2f} s after the first refusal"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_shed_request_pipelined_behind_an_answer_in_progress_is_refused_in_its_turn(tables: Path) -> None:
+    """Past the in-progress cap, a request pipelined behind one being answered gets its 503 after that
+    answer, on the kept connection."""
+    srv = Server(tables, "--reload-interval", "0", "--max-active", "1")
+    batch = b'{"requests": [%s]}' % b",".join(b'{"shape": [%d], "dtype": "float32"}' % (50_000 + k) for k in range(256))
+    one = b'{"shape": [1024], "dtype": "float32"}'
+    post = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            s.settimeout(30)
+            s.sendall(post % (b"/tiling/batch", len(batch), batch) + post % (b"/tiling", len(one), one))
+            f = s.makefile("rb")
+            first, second = _read_answer(f), _read_answer(f)
+            assert first.startswith(b"HTTP/1.1 200") and b'"responses"' in first, first[:300]
+            head = second.split(b"\r\n\r\n", 1)[0].lower()
+            assert head.startswith(b"http/1.1 503") and b"retry-after: 1" in head and b"connection: close" not in head
+            assert b"1 requests in progress" in second
+    finally:
+        srv.stop()
+
+
+def _read_answer(f: BinaryIO) -> bytes:
+    """One whole response from a socket's file: its head, then its Content-Length of body."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = f.readline()
+        assert line, f"connection closed after {head!r}"
+        head += line
+    length = int(next(x.split(b":")[1] for x in head.lower().split(b"\r\n") if x.startswith(b"content-length")))
+    body = f.read(length)
+    assert len(body) == length, "connection closed mid-body"
+    return head + body
 
 
 def test_the_drain_rate_is_measured_only_while_requests_wait(monkeypatch: pytest.MonkeyPatch) -> None:
