@@ -83,8 +83,11 @@ class DrainRate:
         return in_progress / self.per_s
 
 
-_REFUSED = types.SimpleNamespace(response_complete=True, keep_alive=True, disconnected=False)
-"""The cycle of a request refused on a kept connection: finished, so uvicorn drops its body."""
+_REFUSED = types.SimpleNamespace(
+    response_complete=True, keep_alive=True, disconnected=False, message_event=types.SimpleNamespace(set=lambda: None)
+)
+"""The cycle of a request refused on a kept connection: finished (so uvicorn drops its body and never marks
+it disconnected or closing), with nothing waiting on its event: one stand-in serves every connection."""
 
 
 class _Refuse(Exception):
