@@ -29,7 +29,7 @@ class Settings:
     max_connections: int = 1000  # open connections per worker; past it a request gets a 503 (Retry-After)
     batch_budget_s: float = 2.0  # server time one batch may spend on answers not cached yet; past it: 503
     max_active: int = 1024  # requests in progress per worker; past it a request gets a 503 at once (Retry-After)
-    shed_wait_s: float = 2.0  # past this wait for the requests in progress (measured rate): a 503 at once
+    shed_wait_s: float = 0.15  # past this wait for the requests in progress (measured rate): a 503 at once
     heavy_workers: int = 1  # worker processes for explanations and pictures (service.scheduler)
     per_client: int = 4  # explanations, pictures and batches one client address may have in flight; past it: 429
     max_queued: int = 32  # explanations and pictures waiting for a worker; past it: 503

@@ -16,16 +16,18 @@ servers set by default, which uvicorn leaves open.
   Retry-After (file descriptors run out first). A connection already served is not refused for the
   cap: it is counted already, and a flood of new connections must not cost established clients theirs.
 - Shedding: where the requests in progress would take more than ``shed_wait_s`` (BCETUNE_SHED_WAIT,
-  2 s) to answer at the rate the server has been answering while busy (DrainRate), or past
+  0.15 s) to answer at the rate the server has been answering them while busy (DrainRate; batches,
+  explanations and pictures are neither counted nor timed: the scheduler admits them), or past
   ``max_active`` of them (BCETUNE_MAX_ACTIVE, 1024, a hard cap), a request gets a JSON 503 with
-  Retry-After at once rather than an answer seconds late, and its connection is closed (kept open, a
-  client that retries at once spins on cheap 503s: measured, 394,231 of them against 15,602 answers in
-  30 s at 1,000 connections). A wait, not a count: one loop pass parses hundreds of requests before any
-  of them runs, and cached answers drain ten times faster than cold ones. Why 2 s and not less: each
-  refusal costs a connection's close and the client's reconnect, and clients that retry at once turn a
-  short deadline into more refusals than answers (1,000 wrk connections, 30 s, distinct mix: at 0.15 s,
-  10,463 answers beside 93,514 refusals; without shedding, 44,638 answers, p99 0.91 s: the queue of
-  1,000 clients at the server's rate, which no fair order shortens).
+  Retry-After (1 s) at once rather than an answer seconds late: what is served is answered within about
+  the deadline. A wait, not a count: one loop pass parses hundreds of requests before any of them runs,
+  and cached answers drain ten times faster than cold ones. The connection is kept, and nothing more is
+  read from it for a random part (0.5-1) of the Retry-After: a client that sends again at once (wrk, a
+  hostile one) waits in its own socket instead of spinning on cheap 503s. Closed instead, such clients
+  reconnected and were refused faster than they were answered (1,000 wrk connections, 30 s, cached mix,
+  refused at 0.15 s: 6,984 answers beside 190,459 refusals; kept and held: ~85,000 answers beside
+  ~18,000 refusals, ~90% of the answers with no shedding, whose queue of 1,000 clients took 0.3-0.6 s);
+  held for the whole second, refused in one burst, they came back as the next burst.
 
 The limits come from uvicorn's Config (``limit_concurrency``) and from BCETUNE_MAX_HEADER_BYTES and
 BCETUNE_REQUEST_TIMEOUT (``python -m service`` sets them from its settings for every worker).
@@ -38,7 +40,7 @@ import os
 import random
 import time
 import types
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 import httptools
@@ -48,7 +50,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 DEFAULT_MAX_HEADER_BYTES = 16384
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 DEFAULT_MAX_ACTIVE = 1024  # Settings.max_active
-DEFAULT_SHED_WAIT_S = 2.0  # Settings.shed_wait_s
+DEFAULT_SHED_WAIT_S = 0.15  # Settings.shed_wait_s
 SHED_RETRY_AFTER_S = 1  # a shed refusal's Retry-After, and how long its connection's reads are held
 MIN_IDLE_S = 1.0  # what an idle connection must have been idle for to be closed for another's request
 
@@ -90,6 +92,19 @@ _REFUSED = types.SimpleNamespace(
 it disconnected or closing), with nothing waiting on its event: one stand-in serves every connection."""
 
 
+JUDGED, EXPENSIVE, REFUSAL = "judged", "expensive", "refusal"  # what an admitted request is
+EXPENSIVE_PREFIX = b"/tiling/"  # batches, explanations, pictures: the scheduler admits them, not the shedding
+
+
+class InProgress:
+    """The requests in progress the shedding judges (one count per server, one at most per connection):
+    every kind but the expensive ones, which wait for the scheduler's share and queue (a few slow pictures
+    in progress must not read as a backlog of seconds), and whose answers would make the drain rate theirs."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
 class _Refuse(Exception):
     def __init__(self, status: int, msg: str) -> None:
         super().__init__(msg)
@@ -108,7 +123,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._began_in_read = False  # a request began within the read being parsed
         self._deferred: bytes | None = None  # a refusal waiting for the answers before it
         self._refused = False  # refused and closing: nothing more is read
-        self._refusing = False  # the response in progress is a shed refusal (the connection kept)
+        # what each request admitted on this connection is, in order (uvicorn answers in order)
+        self._kinds: deque[str] = deque()
+        self._judged: InProgress = self.server_state.__dict__.setdefault("bcetune_judged", InProgress())
         self._held: asyncio.TimerHandle | None = None  # reads held for a refusal's Retry-After
         self._served = False  # an answer completed on this connection: past the cap's check
         # the server's idle connections, longest idle first (one registry per server, O(1) to evict)
@@ -160,10 +177,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._served = True
-        if self._refusing:
-            self._refusing = False
+        kind = self._kinds.popleft() if self._kinds else REFUSAL
+        if kind == JUDGED:
+            self._judged.n += self._running_judged() - 1
+            self._drain.answered(self._judged.n)
         else:
-            self._drain.answered(len(self.tasks))
+            self._judged.n += self._running_judged()
         if not self.pipeline:
             self._idle[self] = time.monotonic()  # idle from now: the newest
         if self._deferred is not None and not self._busy():
@@ -207,6 +226,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._arm()  # a connection that never sends a request is cut off too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._judged.n -= self._running_judged()  # left unanswered: no longer in progress
+        self._kinds.clear()
         self._disarm()
         if self._held is not None:
             self._held.cancel()
@@ -277,6 +298,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             raise _Refuse(503, f"the server is at its limit of {cap} connections, none idle; retry shortly")
         shed = self._shed()
         if shed is None:
+            running = self._running_judged()
+            self._kinds.append(EXPENSIVE if self.url.startswith(EXPENSIVE_PREFIX) else JUDGED)
+            self._judged.n += self._running_judged() - running
             super().on_headers_complete()
             return
         # Refused at once on the kept connection, its body read by the parser and dropped, then nothing
@@ -285,18 +309,27 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self._busy() and self.parser.should_keep_alive() and not self.parser.should_upgrade():
             self._refuse_kept(shed)  # the common case, written here: no task, no ASGI cycle
             return
+        self._kinds.append(REFUSAL)  # behind others: the one running is unchanged
         app, self.app = self.app, self._refusal_app(shed)  # behind answers in progress: in its turn
         try:
             super().on_headers_complete()
         finally:
             self.app = app
 
+    def _running_judged(self) -> int:
+        """1 where this connection's request in progress (the first of its admitted ones: uvicorn answers
+        them one at a time, in order) is one the shedding judges. Pipelined requests behind it wait for it,
+        not for the server's other connections, and are counted when their turn comes."""
+        return int(bool(self._kinds) and self._kinds[0] == JUDGED)
+
     def _shed(self) -> str | None:
         """Why this request is refused at once (the requests in progress are past their cap, or would take
         past the shedding wait at the measured rate); None: it is admitted."""
         if len(self.tasks) >= self.max_active:
             return f"the server has {self.max_active} requests in progress; retry shortly"
-        wait = self._drain.wait_s(len(self.tasks) + 1)
+        if self.url.startswith(EXPENSIVE_PREFIX):
+            return None  # the scheduler's to admit (its share per client, its queue)
+        wait = self._drain.wait_s(self._judged.n + 1)
         if wait > self.shed_wait_s:
             return (
                 f"the requests in progress would take {wait:.2f} s to answer, over {self.shed_wait_s:g} s; "
@@ -329,7 +362,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         ]
 
         async def refuse(scope: Any, receive: Any, send: Any) -> None:
-            self._refusing = True  # its completion is not an answer the drain rate counts
             await send({"type": "http.response.start", "status": 503, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             self._hold_after_refusal()

@@ -207,6 +207,43 @@ def test_a_shed_request_pipelined_behind_an_answer_in_progress_is_refused_in_its
         srv.stop()
 
 
+def test_slow_expensive_requests_in_progress_do_not_shed_tiling(tables: Path) -> None:
+    """Pictures in progress for seconds are the scheduler's to admit: they neither count as a backlog nor
+    set the drain rate, so /tiling beside them is answered (counted, a few slow answers a second with
+    pictures waiting read as seconds of backlog, and every /tiling was refused)."""
+    srv = Server(tables, "--reload-interval", "0", "--per-client", "64", "--shed-wait", "0.15")
+
+    async def run() -> tuple[list[int], list[int]]:
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as c:
+            until = time.monotonic() + 7
+
+            async def pictures(k: int) -> list[int]:
+                codes, i = [], 0
+                while time.monotonic() < until:
+                    i += 1
+                    r = await c.post(srv.url + "/tiling/plot/landscape", json=picture(10_000 * k + i))
+                    codes.append(r.status_code)
+                return codes
+
+            async def tiling() -> list[int]:
+                codes = []
+                for i in range(12):  # one every half second while pictures are answered with others waiting
+                    await asyncio.sleep(0.5)
+                    r = await c.post(srv.url + "/tiling", json={"shape": [70_000 + i], "dtype": "float32"})
+                    codes.append(r.status_code)
+                return codes
+
+            *drawn, answered = await asyncio.gather(*(pictures(k) for k in range(8)), tiling())
+            return [code for codes in drawn for code in codes], answered
+
+    try:
+        drawn, answered = asyncio.run(run())
+    finally:
+        srv.stop()
+    assert drawn.count(200) >= 8, drawn
+    assert answered == [200] * 12, (answered, drawn)
+
+
 def _read_answer(f: BinaryIO) -> bytes:
     """One whole response from a socket's file: its head, then its Content-Length of body."""
     head = b""
