@@ -118,8 +118,10 @@ async def _probe_connection(port: int, bodies: list[str], until: float, served: 
             writer.write(request_bytes("/tiling", bodies[i % len(bodies)].encode()))
             await writer.drain()
             status, retry_after, close = await asyncio.wait_for(_read_answer(reader), 10)
-        except (OSError, asyncio.IncompleteReadError, TimeoutError):
-            seen["connection lost"] += 1
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
+            # a client timeout, or the connection closed (idle for its Retry-After, it may be the one closed
+            # for another's request at the connection cap): the client reconnects
+            seen["timed out (10 s)" if isinstance(e, TimeoutError) else "closed by the server"] += 1
             writer.close()
             writer = None
             continue
