@@ -933,13 +933,14 @@ constexpr int kMaxBlocks = 16;       // block sizes one re-fit chooses among, at
 constexpr int64_t kMaxTiles = 1023;  // tile choices one re-fit walks, at most (512 B .. 511.5 KiB)
 constexpr int kMaxRanges = 4096;     // ranges waiting at once; past it a range is searched tile by tile at once
 
-/** Tile indices tiLo..tiHi (tile = ti * kTileStepBytes) of one (block, cores) pair, or of every block of a core
- *  count (block -1), and a floor under every prediction in it (float rounding already taken off). */
+/** Tile indices tiLo..tiHi (tile = ti * kTileStepBytes) of every block of a core count (block -1) or of the
+ *  pairs of one of its widths (block <= -2), and a floor under every prediction in it (float rounding already
+ *  taken off). */
 struct RefitRange {
     double floor;
     int32_t tiLo, tiHi;
     int32_t cores;
-    int32_t block;  // index into the block sizes; -1: every block of the core count
+    int32_t block;  // -1: every block of the core count; -2 - i: the pairs of its widths[i]
 };
 
 /** A (block, cores) pair's core kinds and what bounds its configurations, computed at its first opening. */
@@ -947,9 +948,7 @@ struct RefitPair {
     bool known;
     Kinds kinds;         // at any tile (WithTile sets the tiles)
     int64_t widest;      // elements of the widest core kind that runs
-    Lines widestLines;   // its copies' lines (if two kinds are the widest, the aligned one's)
     double trafficUs;    // launch + bytes over the bandwidth with the least knob correction: under every tile's
-    double factorFloor;  // the least knob correction of its configurations (1 without one)
     double blockFactor;  // its block size's part of the knob correction (1 without one)
 };
 
@@ -981,8 +980,8 @@ struct RefitScratch {
  * scoring it.
  *
  * A best-first branch and bound. A range (RefitRange) is a set of configurations with a floor under every
- * prediction in it: a core count's every tile and block; the tiles lo..hi of the pairs of a core count whose
- * widest core is the same (a width: WidestOf, with its copies' alignment); or one (block, cores) pair's tiles.
+ * prediction in it: a core count's every tile and block, or the tiles lo..hi of the pairs of a core count whose
+ * widest core is the same (a width: WidestOf, with its copies' alignment).
  * Ranges wait in a queue, the lowest floor first (then the tie-break's order); the one taken is
  *   1. dropped if its floor says nothing in it can be picked (CanWin): a larger rounded prediction than the
  *      best seen, or at best a tie lost on the knobs; once the lowest floor is past the best, the search ends;
@@ -990,12 +989,13 @@ struct RefitScratch {
  *      up to the widest any block gives): opened into one range per width;
  *   3. a width's range (floor: RangeUs and TradeUs of that core, its one-tile time exact): split in two (by tile
  *      count at the geometric middle, then by tile) while that core runs more than one tile, else opened into
- *      its pairs (each pair's kinds and traffic computed at its first opening). One that can at best tie tries
- *      its largest tile first: a tie there wins over the rest of the range;
- *   4. a pair's range: the tiles that hold every core in one tile predict alike (the largest wins the tie),
- *      so they are one candidate; others split in two (by tile count, then by tile) down to one tile;
- *   5. one tile: its floor (CoreLines::ConfigUs), then its chain bound (Evaluate without the schedule), then
- *      the simulation, unless the chain bound is the prediction.
+ *      its pairs (each pair's kinds and traffic computed at its first opening), each pair that may win by its
+ *      traffic is predicted at once (4. or 5.). One that can at best tie tries its largest tile first: a tie
+ *      there wins over the rest of the range;
+ *   4. a pair's tiles that hold every core in one tile predict alike (the largest wins the tie): one candidate;
+ *   5. one tile of a pair: its floor (CoreLines::ConfigUs), then its chain bound (Evaluate without the
+ *      schedule), then the simulation, unless the chain bound is the prediction. (Queued as a range of its
+ *      own, a pair's tile cost its range's floor and a turn of the queue: measured slower.)
  * Every floor carries the least knob correction of what it bounds (KnobFactorFloor), every prediction its
  * own (KnobFactor). The seed (the bucket's tuned configuration) is predicted first: the best seen from the
  * start. None of the drops changes the pick: what a range holds predicts at or above its floor.
@@ -1055,10 +1055,8 @@ public:
             }
             if (r.block == kEveryBlock) {
                 OpenCores(r);
-            } else if (r.block < 0) {
-                OpenWidth(r);
             } else {
-                SplitPair(r);
+                OpenWidth(r);
             }
         }
         return RefitChoice{best_.block, best_.tile, best_.cores, bestUs_};
@@ -1068,7 +1066,7 @@ private:
     /** Past the least prediction seen by more than this, a prediction rounds to a larger key (two tie widths:
      *  the rounding of the product by 1e9 cannot close it). */
     static constexpr double kTieWidth = 2.0 / kTieScale;
-    /** A range's block for every block of its core count (>= 0: one block; <= -2: the blocks of one widest core,
+    /** A range's block for every block of its core count (<= -2: the blocks of one widest core,
      *  widths[cores][-2 - block]). */
     static constexpr int32_t kEveryBlock = -1;
     static int32_t WidthBlock(int i) { return -2 - i; }                  // widths[cores][i]'s range's block
@@ -1164,22 +1162,6 @@ private:
         return r;
     }
 
-    /** One pair's tiles tiLo..tiHi: its traffic (the prediction's own arithmetic: exact) and its widest core's
-     *  floor over the range. */
-    RefitRange PairRange(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) {
-        const CoreLines& l = w_.lines[c];
-        const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
-        const double serial = xhi >= p.widest ? SerialOf(c, w_.widthOf[b][c]) : -1.0;
-        double core = l.RangeUs(p.widest, p.widestLines, xlo, xhi, true, serial);
-        RefitRange r{std::max(p.trafficUs, Floor(l.base + core) * p.factorFloor), static_cast<int32_t>(tiLo),
-                     static_cast<int32_t>(tiHi), static_cast<int32_t>(c), static_cast<int32_t>(b)};
-        if (Traded(p.widest, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
-            core = std::max(core, l.TradeUs(p.widest, p.widest, p.widestLines, xlo, xhi, serial));
-            r.floor = std::max(p.trafficUs, Floor(l.base + core) * p.factorFloor);
-        }
-        return r;
-    }
-
     /** Whether a range's floor takes CoreLines::TradeUs: a range of more than one tile where a core of e elements
      *  runs few tiles at its largest (with many, the last tiles' drain is a small part of the time). */
     static bool Traded(int64_t e, int64_t xlo, int64_t xhi) { return xhi > xlo && xlo < e && Ceil(e, xhi) <= kTradeTiles; }
@@ -1204,7 +1186,8 @@ private:
         for (int i = 0; i < w_.widthCount[c]; ++i) Push(WidthRange(c, i, r.tiLo, r.tiHi));
     }
 
-    /** 3. A widest core's range: split by tile while that core runs more than one tile, else opened into its pairs. */
+    /** 3. A widest core's range: split by tile while that core runs more than one tile, else opened into its
+     *  pairs (4. and 5.). */
     void OpenWidth(const RefitRange& r) {
         const int64_t c = r.cores;
         const int i = WidthOf(r);
@@ -1231,7 +1214,7 @@ private:
             if (r.tiLo * stepElems_ >= e) {
                 OneTile(p, c, b, r.tiLo, r.tiHi);  // one tile a core at every tile: its prediction at once
             } else {
-                Push(PairRange(p, c, b, r.tiLo, r.tiHi));
+                Config(p, c, b, r.tiLo);  // one tile (tiLo == tiHi): the configuration's own floor is tighter
             }
         }
     }
@@ -1332,7 +1315,6 @@ private:
         return a.blockFactor == b.blockFactor;
     }
 
-    /** The pair's kinds, widest core, traffic and least knob correction (computed at its first opening). */
     /** The pair's kinds, widest core (its width's), traffic and least knob correction (computed at its first use). */
     const RefitPair& PairOf(int b, int64_t c) {
         RefitPair& p = w_.pairs[b][c];
@@ -1343,30 +1325,13 @@ private:
         p.kinds = KindsOf(n_, k_.elemBytes, blocks_[b], kTileStepBytes, c);  // kinds.cores == c: c <= its blocks
         const RefitWidth& width = w_.widths[c][w_.widthOf[b][c]];
         p.widest = width.elems;
-        p.widestLines = width.lines;
-        p.factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);
+        const double factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);  // under every configuration's
         p.blockFactor = corrected_ ? s_.blockFactor[BlockClass(blocks_[b])] : 1.0;
-        p.trafficUs = (s_.launchUs + TrafficUs(p.kinds, k_, s_, agg_)) * p.factorFloor;
+        p.trafficUs = (s_.launchUs + TrafficUs(p.kinds, k_, s_, agg_)) * factorFloor;
         return p;
     }
 
-    /** 3. A pair's range: its one-tile tiles as one candidate, the others split down to single tiles. */
-    void SplitPair(const RefitRange& r) {
-        const RefitPair& p = w_.pairs[r.block][r.cores];
-        const int64_t one = Ceil(p.widest, stepElems_);  // from this tile up every core runs one tile
-        if (r.tiLo >= one) return OneTile(p, r.cores, r.block, r.tiLo, r.tiHi);
-        if (r.tiHi >= one) {
-            Push(PairRange(p, r.cores, r.block, one, r.tiHi));
-            Push(PairRange(p, r.cores, r.block, r.tiLo, one - 1));
-            return;
-        }
-        if (r.tiLo == r.tiHi) return Config(p, r.cores, r.block, r.tiLo);
-        const int64_t mid = SplitPoint(p.widest, r.tiLo, r.tiHi);
-        Push(PairRange(p, r.cores, r.block, mid + 1, r.tiHi));
-        Push(PairRange(p, r.cores, r.block, r.tiLo, mid));
-    }
-
-    /** Tiles tiLo..tiHi that hold every core in one: they predict alike but for their knob correction (by
+    /** 4. Tiles tiLo..tiHi that hold every core in one: they predict alike but for their knob correction (by
      *  alignment class, which repeats every 8 tiles), so the largest tile of each class is its only candidate. */
     void OneTile(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) {
         const double us = OneTilePairUs(p, c, b, tiHi * stepElems_);
@@ -1377,7 +1342,7 @@ private:
         }
     }
 
-    /** 4. One configuration: its floor, its chain bound, and only then its simulation. */
+    /** 5. One configuration: its floor, its chain bound, and only then its simulation. */
     void Config(const RefitPair& p, int64_t c, int b, int64_t ti) {
         if (stats_) ++stats_->configs;
         const int64_t tile = ti * kTileStepBytes, te = tile / k_.elemBytes;
@@ -1434,8 +1399,7 @@ private:
 
     /** Every configuration of a range, one by one (what a full queue does instead of queueing it). */
     void Exhaust(const RefitRange& r) {
-        const int first = r.block < 0 ? 0 : r.block, last = r.block < 0 ? nBlocks_ - 1 : r.block;
-        for (int b = first; b <= last; ++b) {
+        for (int b = 0; b < nBlocks_; ++b) {
             if (r.cores > coresMax_[b]) continue;
             if (r.block < kEveryBlock && w_.widthOf[b][r.cores] != WidthOf(r)) continue;  // another widest core's
             const RefitPair& p = PairOf(b, r.cores);
