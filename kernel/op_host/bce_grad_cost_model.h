@@ -1139,9 +1139,14 @@ private:
         } else {
             core = l.RangeUs(e, Lines::Either, xlo, xhi, false);
         }
-        if (Traded(e, xlo, xhi)) core = std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi));
-        return RefitRange{std::max(CoresTrafficUs(c), Floor(l.base + core)) * w_.groupFactor[c], 1,
-                          static_cast<int32_t>(tiles_), static_cast<int32_t>(c), kEveryBlock};
+        const double traffic = CoresTrafficUs(c), factor = w_.groupFactor[c];
+        RefitRange r{std::max(traffic, Floor(l.base + core)) * factor, 1, static_cast<int32_t>(tiles_),
+                     static_cast<int32_t>(c), kEveryBlock};
+        if (Traded(e, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
+            core = std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi));
+            r.floor = std::max(traffic, Floor(l.base + core)) * factor;
+        }
+        return r;
     }
 
     /** Tiles tiLo..tiHi of the pairs of c cores whose widest core is widths[c][i]: their traffic (CoresTrafficUs)
