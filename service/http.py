@@ -158,6 +158,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         msg = f"the request did not arrive complete within {self.request_timeout_s:g} s"
         slow = self.cycle if self._headers_done else None  # the slow request's cycle, once its headers came
+        if slow is _REFUSED:  # refused (answered) while its body was still to come: no second answer
+            self._close()
+            return
         if slow is not None and not slow.response_complete:  # its body is what is late
             slow.disconnected = True  # the app's receive() now answers http.disconnect
             slow.message_event.set()

@@ -244,6 +244,35 @@ def test_slow_expensive_requests_in_progress_do_not_shed_tiling(tables: Path) ->
     assert answered == [200] * 12, (answered, drawn)
 
 
+def test_a_shed_request_whose_body_never_comes_gets_one_answer_then_the_connection_closes(tables: Path) -> None:
+    """Refused on its headers, a request's body is still to come: past the request deadline the connection
+    closes, with no 408 after the 503 (one answer a request)."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(port), "--tables", str(tables),
+                             "--reload-interval", "0", "--shed-wait", "0.0001", "--request-timeout", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                s = socket.create_connection(("127.0.0.1", port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "service did not come up"
+                time.sleep(0.1)
+        with s:
+            s.settimeout(10)
+            s.sendall(b"POST /tiling HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n")  # the body never sent
+            f = s.makefile("rb")
+            first = _read_answer(f)
+            assert first.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in first.lower()
+            assert f.read() == b"", "a second answer after the refusal"  # closed at the deadline, nothing more
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=10)[1]
+    assert "Traceback" not in err, err
+
+
 def _read_answer(f: BinaryIO) -> bytes:
     """One whole response from a socket's file: its head, then its Content-Length of body."""
     head = b""
