@@ -1118,7 +1118,10 @@ private:
     /** What every configuration of c cores moves: the footprint and every core's row copy, at best over the full
      *  bandwidth (TrafficOf's arithmetic with nothing misaligned: at or under every pair's traffic, to the bit). */
     double CoresTrafficUs(int64_t c) const {
-        const double fixedBytes = Footprint(k_, n_) + static_cast<double>(k_.scalarInputs * k_.elemBytes);
+        // a per-tile scalar queue moves its bytes once a tile: at least once a core
+        const double scalarBytes = k_.scalarQueueBytes > 0 ? static_cast<double>(c * k_.scalarQueueBytes)
+                                                           : static_cast<double>(k_.scalarInputs * k_.elemBytes);
+        const double fixedBytes = Footprint(k_, n_) + scalarBytes;
         return s_.launchUs + (fixedBytes + static_cast<double>(c * (k_.workspaceInputs * k_.rowBytes))) / (agg_ * 1e3);
     }
 
@@ -1333,7 +1336,9 @@ private:
         p.widest = width.elems;
         const double factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);  // under every configuration's
         p.blockFactor = corrected_ ? s_.blockFactor[BlockClass(blocks_[b])] : 1.0;
-        p.trafficUs = (s_.launchUs + TrafficUs(p.kinds, k_, s_, agg_)) * factorFloor;
+        // at the slice's largest tile: the fewest tiles, so the least a per-tile scalar queue moves (without one,
+        // the traffic is the same at every tile)
+        p.trafficUs = (s_.launchUs + TrafficUs(WithTile(p.kinds, tiles_ * stepElems_), k_, s_, agg_)) * factorFloor;
         return p;
     }
 

@@ -1,7 +1,8 @@
 // The re-fit (bce_grad::cost::Refit, a branch and bound) against every configuration of its slice predicted
 // one by one (PredictConfig) with the space's tie-break: random sizes, kernel variants of the generated
-// table, block subsets, buffer counts, core caps, tile tops, seeds (valid or not) and knob corrections; and the
-// same search with a queue of 4 ranges, where the full queue's fallback does most of the work; and WidestOf
+// table (a quarter of them with the seed kernel's per-tile scalar queue), block subsets, buffer counts, core
+// caps, tile tops, seeds (valid or not) and knob corrections; and the same search with a queue of 4 ranges,
+// where the full queue's fallback does most of the work; and WidestOf
 // (what the search bounds each pair by) against KindsOf for every block and core count of each case.
 // Prints one line per disagreement and a summary; exits 1 on any.
 // Usage: refit_exhaustive <cases> <seed>
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
         const double logN = std::uniform_real_distribution<double>(0.0, std::log(4e8))(rng);
         const int64_t n = rng() % 16 == 0 ? 1 + static_cast<int64_t>(rng() % 8) : std::max<int64_t>(1, std::exp(logN));
         if (k.rowInputs > 0) k.rowLen = 1 + static_cast<int64_t>(rng() % 5000);
+        // a quarter with the seed kernel's per-tile grad queue (none is exported today: the floors hold anyway)
+        if (rng() % 4 == 0) k.scalarQueueBytes = 32;
         std::vector<int64_t> blocks;
         for (int64_t b : bce_grad::tuned::kBlockChoices) {
             if (rng() % 3 != 0) blocks.push_back(b);
