@@ -88,10 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="explanations and pictures waiting for a worker (past it: 503)",
     )
     parser.add_argument(
-        "--batch-share",
+        "--heavy-share",
+        "--batch-share",  # its name before it was every expensive request's share
+        dest="heavy_share",
         type=float,
-        default=env.batch_share,
-        help="share of the event loop batches, explanations and pictures get while other requests are in flight",
+        default=env.heavy_share,
+        help="share of a core batches, explanations and pictures get while other requests are in flight",
     )
     a = parser.parse_args(argv)
     settings = Settings(
@@ -115,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         heavy_workers=a.heavy_workers,
         per_client=a.per_client,
         max_queued=a.max_queued,
-        batch_share=a.batch_share,
+        heavy_share=a.heavy_share,
     )
     try:
         settings.check()

@@ -60,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.heavy_workers,
         settings.per_client,
         settings.max_queued,
-        settings.batch_share,
+        settings.heavy_share,
         on_job=lambda outcome: metrics.jobs.labels(outcome).inc(),
     )
 

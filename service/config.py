@@ -33,7 +33,7 @@ class Settings:
     heavy_workers: int = 1  # worker processes for explanations and pictures (service.scheduler)
     per_client: int = 4  # explanations, pictures and batches one client address may have in flight; past it: 429
     max_queued: int = 32  # explanations and pictures waiting for a worker; past it: 503
-    batch_share: float = 0.2  # of the event loop: what batches, explanations and pictures get while others wait
+    heavy_share: float = 0.2  # of a core: what batches, explanations and pictures get while others wait
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -60,7 +60,8 @@ class Settings:
             heavy_workers=int(env.get("BCETUNE_HEAVY_WORKERS", d.heavy_workers)),
             per_client=int(env.get("BCETUNE_PER_CLIENT", d.per_client)),
             max_queued=int(env.get("BCETUNE_MAX_QUEUED", d.max_queued)),
-            batch_share=float(env.get("BCETUNE_BATCH_SHARE", d.batch_share)),
+            # BCETUNE_BATCH_SHARE: its name before it was every expensive request's share, still read
+            heavy_share=float(env.get("BCETUNE_HEAVY_SHARE") or env.get("BCETUNE_BATCH_SHARE") or d.heavy_share),
         )
         s.check()
         return s
@@ -87,7 +88,7 @@ class Settings:
             "BCETUNE_HEAVY_WORKERS": str(self.heavy_workers),
             "BCETUNE_PER_CLIENT": str(self.per_client),
             "BCETUNE_MAX_QUEUED": str(self.max_queued),
-            "BCETUNE_BATCH_SHARE": str(self.batch_share),
+            "BCETUNE_HEAVY_SHARE": str(self.heavy_share),
         }
 
     def check(self) -> None:
@@ -105,7 +106,7 @@ class Settings:
             raise ValueError("max connections must be >= 1 and the batch budget > 0 s")
         if self.max_active < 1 or self.shed_wait_s <= 0:
             raise ValueError("max active must be >= 1 and the shedding wait > 0 s")
-        if self.heavy_workers < 1 or self.per_client < 1 or self.max_queued < 0 or not 0 < self.batch_share < 1:
-            raise ValueError("heavy workers and per-client share must be >= 1, max queued >= 0, batch share in (0, 1)")
+        if self.heavy_workers < 1 or self.per_client < 1 or self.max_queued < 0 or not 0 < self.heavy_share < 1:
+            raise ValueError("heavy workers and per-client share must be >= 1, max queued >= 0, heavy share in (0, 1)")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise ValueError(f"log level {self.log_level!r} is not one of critical, error, warning, info, debug")

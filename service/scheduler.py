@@ -12,7 +12,7 @@ throughput.
   matplotlib. Waiting jobs are served round robin by client address; a job whose client disconnects
   while it waits never runs (one already running finishes: a process is not interrupted mid-draw, and
   its result is cached).
-- **One share of the CPU.** What the expensive requests cost is charged to one share (``batch_share``)
+- **One share of the CPU.** What the expensive requests cost is charged to one share (``heavy_share``)
   of a core: on the event loop, a batch's items (computed there: their answers are the cache's), an
   explanation's or picture's answer, and each one's body parsed and answer sent, timed from admission
   (``LoopClock``); in the workers, each job's CPU time (a worker's core is shared with the rest of the
@@ -95,7 +95,7 @@ class Scheduler:
     workers: int = 1
     per_client: int = 4  # the explorer's one view: its four pictures at once
     max_queued: int = 32
-    batch_share: float = 0.2
+    heavy_share: float = 0.2
     on_job: Callable[[str], None] | None = None  # told each job's outcome: done, cancelled, failed
     _pool: concurrent.futures.ProcessPoolExecutor | None = field(default=None, init=False, repr=False)
     _queues: OrderedDict[str, deque[_Job]] = field(default_factory=OrderedDict, init=False, repr=False)
@@ -217,7 +217,7 @@ class Scheduler:
             await asyncio.sleep(0)
             return
         while self._debt_s > SHARE_BURST_S:
-            await asyncio.sleep(self._debt_s * (1 - self.batch_share) / self.batch_share)
+            await asyncio.sleep(self._debt_s * (1 - self.heavy_share) / self.heavy_share)
             now = time.monotonic()
             if not self._contended(now):
                 self._debt_s, self._debt_at = 0.0, now
@@ -227,7 +227,7 @@ class Scheduler:
     def _repay(self, now: float) -> None:
         """The time the others are owed (the expensive requests' time beyond their share) is repaid
         at share / (1 - share) per second of waiting."""
-        repaid = (now - self._debt_at) * self.batch_share / (1 - self.batch_share)
+        repaid = (now - self._debt_at) * self.heavy_share / (1 - self.heavy_share)
         self._debt_s = max(0.0, self._debt_s - repaid)
         self._debt_at = now
 

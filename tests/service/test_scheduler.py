@@ -101,7 +101,7 @@ def test_a_job_whose_client_left_while_it_waited_never_runs() -> None:
 
 
 def test_batches_wait_for_their_share_only_while_others_are_in_flight() -> None:
-    s = Scheduler(batch_share=0.2)
+    s = Scheduler(heavy_share=0.2)
 
     async def spend(items: int, each: float) -> float:
         start = time.monotonic()
@@ -147,7 +147,7 @@ def test_what_expensive_requests_do_on_the_loop_is_charged_from_admission(tmp_pa
 def test_a_jobs_cpu_time_in_its_worker_is_charged_to_the_share_while_others_are_in_flight() -> None:
     """0.1 s of a worker's CPU at a fifth of a core: answered after ~0.4 s more while other requests are in
     flight (a worker's core is the machine's too), at once when none are."""
-    s = Scheduler(workers=1, batch_share=0.2)
+    s = Scheduler(workers=1, heavy_share=0.2)
 
     async def timed() -> float:
         start = time.monotonic()

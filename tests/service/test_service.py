@@ -312,6 +312,21 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
         assert r.returncode == 2 and needle in r.stderr, (args, r.stderr)
 
 
+def test_the_heavy_share_has_its_old_names_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--heavy-share / BCETUNE_HEAVY_SHARE were --batch-share / BCETUNE_BATCH_SHARE while only batches were
+    charged: the old names still set it (the new one first), and a share outside (0, 1) is refused."""
+    from service.config import Settings
+
+    monkeypatch.delenv("BCETUNE_HEAVY_SHARE", raising=False)
+    monkeypatch.setenv("BCETUNE_BATCH_SHARE", "0.3")
+    assert Settings.from_env().heavy_share == 0.3
+    monkeypatch.setenv("BCETUNE_HEAVY_SHARE", "0.4")
+    assert Settings.from_env().heavy_share == 0.4 and Settings.from_env().to_env()["BCETUNE_HEAVY_SHARE"] == "0.4"
+    for flag in ("--heavy-share", "--batch-share"):
+        r = subprocess.run([sys.executable, "-m", "service", flag, "1.5"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and "heavy share in (0, 1)" in r.stderr, (flag, r.stderr)
+
+
 def test_tables_reload_on_change_and_sighup_and_refuse_bad_files(tmp_path: Path) -> None:
     path = tmp_path / "Ascend910B2.json"
     write_table(make_table([entry("float16", "mean", 1 << 20, GOOD)]), path)
