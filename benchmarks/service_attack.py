@@ -136,6 +136,7 @@ async def _probe_connection(port: int, bodies: list[str], until: float, served: 
 
 
 async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, float, bool]:
+    """One whole answer: its status, its Retry-After (0: none) and whether it closes the connection."""
     head = await reader.readuntil(b"\r\n\r\n")
     m = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
     await reader.readexactly(int(m.group(1)) if m else 0)
@@ -187,14 +188,6 @@ def request_bytes(path: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    m = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
-    await reader.readexactly(int(m.group(1)) if m else 0)
-    return status
-
-
 async def _connection(kind: str, host: str, port: int, seed: int, until: float, seen: Counter) -> None:
     rng = random.Random(seed)
     while time.monotonic() < until:
@@ -220,7 +213,7 @@ async def _connection(kind: str, host: str, port: int, seed: int, until: float, 
                     await asyncio.sleep(0.1)
                     break
                 try:  # an answer that comes after the attack's end is not waited for
-                    status = await asyncio.wait_for(_read_response(reader), until - time.monotonic() + 1)
+                    status = (await asyncio.wait_for(_read_answer(reader), until - time.monotonic() + 1))[0]
                     seen[str(status)] += 1
                 except TimeoutError:
                     seen["unanswered at the end"] += 1

@@ -105,6 +105,11 @@ class InProgress:
         self.n = 0
 
 
+def _error_body(status: int, msg: str) -> bytes:
+    """The service's JSON error (service.errors' shape) for an answer the protocol writes itself."""
+    return orjson.dumps({"detail": [{"loc": [], "msg": msg, "type": f"http_{status}"}]})
+
+
 class _Refuse(Exception):
     def __init__(self, status: int, msg: str) -> None:
         super().__init__(msg)
@@ -205,7 +210,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         to the requests before it on the connection (pipelined), in order."""
         self._refused = True
         self._disarm()
-        body = orjson.dumps({"detail": [{"loc": [], "msg": msg, "type": f"http_{status}"}]})
+        body = _error_body(status, msg)
         head = [
             b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
             b"content-type: application/json\r\n",
@@ -297,10 +302,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         at_cap = cap is not None and not self._served and len(self.connections) - len(self._closing) >= cap
         if at_cap and not self._evict_idle():
             raise _Refuse(503, f"the server is at its limit of {cap} connections, none idle; retry shortly")
-        shed = self._shed()
+        expensive = self.url.startswith(EXPENSIVE_PREFIX)
+        shed = self._shed(expensive)
         if shed is None:
             running = self._running_expensive()
-            self._kinds.append(EXPENSIVE if self.url.startswith(EXPENSIVE_PREFIX) else JUDGED)
+            self._kinds.append(EXPENSIVE if expensive else JUDGED)
             self._expensive.n += self._running_expensive() - running
             super().on_headers_complete()
             return
@@ -329,12 +335,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         (the parsed backlog alone missed the pass: at 1,000 connections it admitted 0.3 s of latency)."""
         return len(self.tasks) - self._expensive.n
 
-    def _shed(self) -> str | None:
+    def _shed(self, expensive: bool) -> str | None:
         """Why this request is refused at once (the requests in progress are past their cap, or would take
         past the shedding wait at the measured rate); None: it is admitted."""
         if len(self.tasks) >= self.max_active:
             return f"the server has {self.max_active} requests in progress; retry shortly"
-        if self.url.startswith(EXPENSIVE_PREFIX):
+        if expensive:
             return None  # the scheduler's to admit (its share per client, its queue)
         wait = self._drain.wait_s(self._judged() + 1)
         if wait > self.shed_wait_s:
@@ -347,7 +353,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse_kept(self, msg: str) -> None:
         """Answer the 503 now and keep the connection: the request's cycle is a finished stand-in, so the
         parser reads its body and drops it (uvicorn skips the body of a cycle whose response is complete)."""
-        body = orjson.dumps({"detail": [{"loc": [], "msg": msg, "type": "http_503"}]})
+        body = _error_body(503, msg)
         self.cycle = _REFUSED  # type: ignore[assignment]
         self.transport.write(
             b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
@@ -361,7 +367,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refusal_app(self, msg: str) -> Any:
         """An ASGI app answering this request's 503 with Retry-After, then holding the connection's reads."""
-        body = orjson.dumps({"detail": [{"loc": [], "msg": msg, "type": "http_503"}]})
+        body = _error_body(503, msg)
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", b"%d" % len(body)),

@@ -1125,6 +1125,12 @@ private:
         return s_.launchUs + (fixedBytes + static_cast<double>(c * (k_.workspaceInputs * k_.rowBytes))) / (agg_ * 1e3);
     }
 
+    /** A range of c cores' floor from its widest core's (less `base`): the larger of their traffic and that
+     *  core's floor (float rounding taken off), with the least knob correction of the core count. */
+    double RangeFloor(int64_t c, double core) const {
+        return std::max(CoresTrafficUs(c), Floor(w_.lines[c].base + core)) * w_.groupFactor[c];
+    }
+
     /**
      * Every configuration of c cores (tiles 1..tiles_): their traffic, and a floor for their widest cores, which
      * hold e elements from ceil(n / c) to widestTop_[c]. Where every such e runs as many tiles at each tile size
@@ -1143,12 +1149,9 @@ private:
         } else {
             core = l.RangeUs(e, Lines::Either, xlo, xhi, false);
         }
-        const double traffic = CoresTrafficUs(c), factor = w_.groupFactor[c];
-        RefitRange r{std::max(traffic, Floor(l.base + core)) * factor, 1, static_cast<int32_t>(tiles_),
-                     static_cast<int32_t>(c), kEveryBlock};
+        RefitRange r{RangeFloor(c, core), 1, static_cast<int32_t>(tiles_), static_cast<int32_t>(c), kEveryBlock};
         if (Traded(e, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
-            core = std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi));
-            r.floor = std::max(traffic, Floor(l.base + core)) * factor;
+            r.floor = RangeFloor(c, std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi)));
         }
         return r;
     }
@@ -1160,13 +1163,11 @@ private:
         const RefitWidth& wd = w_.widths[c][i];
         const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
         const double serial = xhi >= wd.elems ? SerialOf(c, i) : -1.0;
-        const double traffic = CoresTrafficUs(c), factor = w_.groupFactor[c];
-        double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
-        RefitRange r{std::max(traffic, Floor(l.base + core)) * factor, static_cast<int32_t>(tiLo),
-                     static_cast<int32_t>(tiHi), static_cast<int32_t>(c), WidthBlock(i)};
+        const double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
+        RefitRange r{RangeFloor(c, core), static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi),
+                     static_cast<int32_t>(c), WidthBlock(i)};
         if (Traded(wd.elems, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
-            core = std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial));
-            r.floor = std::max(traffic, Floor(l.base + core)) * factor;
+            r.floor = RangeFloor(c, std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial)));
         }
         return r;
     }
@@ -1324,7 +1325,7 @@ private:
         return a.blockFactor == b.blockFactor;
     }
 
-    /** The pair's kinds, widest core (its width's), traffic and least knob correction (computed at its first use). */
+    /** The pair's kinds, widest core (its width's) and traffic with its least knob correction (at its first use). */
     const RefitPair& PairOf(int b, int64_t c) {
         RefitPair& p = w_.pairs[b][c];
         if (p.known) return p;
