@@ -20,6 +20,7 @@ from service import logs
 from service.config import Settings
 from service.http import GuardedHttpToolsProtocol
 from service.store import load_snapshot
+from service.trust import TrustedProxies
 from tiling_model import TableError
 
 
@@ -70,7 +71,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-active", type=int, default=env.max_active, help="requests in progress per worker (past it: 503 at once)"
     )
     parser.add_argument(
-        "--shed-wait", type=float, default=env.shed_wait_s, help="s the requests in progress may take (past it: 503)"
+        "--shed-wait",
+        type=float,
+        default=env.shed_wait_s,
+        help="s a request may wait to start; waits over it for --shed-interval: a standing queue, 503 at once",
+    )
+    parser.add_argument("--shed-interval", type=float, default=env.shed_interval_s, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--per-address-connections",
+        type=int,
+        default=env.per_address_connections,
+        help="open connections per client address (past it: 503; 0: no limit; a trusted proxy is exempt)",
+    )
+    parser.add_argument(
+        "--per-address-requests",
+        type=int,
+        default=env.per_address_requests,
+        help="requests in progress per client address, arriving ones included (past it: 429; 0: no limit)",
+    )
+    parser.add_argument(
+        "--send-timeout", type=float, default=env.send_timeout_s, help="s answers may stay unread before a close"
+    )
+    parser.add_argument("--cache-mb", type=int, default=env.cache_mb, help="answer cache bound per worker, MiB")
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        default=env.forwarded_allow_ips,
+        help="proxies whose X-Forwarded-For names the client (comma-separated addresses or networks; default none)",
     )
     parser.add_argument(
         "--heavy-workers", type=int, default=env.heavy_workers, help="worker processes for explanations and pictures"
@@ -114,6 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_budget_s=a.batch_budget,
         max_active=a.max_active,
         shed_wait_s=a.shed_wait,
+        shed_interval_s=a.shed_interval,
+        per_address_connections=a.per_address_connections,
+        per_address_requests=a.per_address_requests,
+        send_timeout_s=a.send_timeout,
+        cache_mb=a.cache_mb,
+        forwarded_allow_ips=a.forwarded_allow_ips,
         heavy_workers=a.heavy_workers,
         per_client=a.per_client,
         max_queued=a.max_queued,
@@ -141,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop="asyncio",
         limit_concurrency=connection_cap(settings.max_connections),
         timeout_keep_alive=settings.keepalive_timeout_s,
+        # X-Forwarded-For only from the proxies the operator names (uvicorn trusts loopback by default: one
+        # client with a header per connection would be as many clients)
+        proxy_headers=bool(TrustedProxies(settings.forwarded_allow_ips)),
+        forwarded_allow_ips=settings.forwarded_allow_ips or None,
     )
     return 0
 

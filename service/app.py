@@ -41,7 +41,7 @@ def _version() -> str:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
     log = logs.setup(settings.log_level)
-    store = TableStore(settings.tables_dir)
+    store = TableStore(settings.tables_dir, settings.cache_mb << 20)
     metrics = Metrics()
 
     async def reload(reason: str) -> None:
@@ -50,7 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except Exception:  # a bug must not stop future reloads; the old tables keep serving
             log.exception("table reload crashed; still serving the previous tables")
             ok = False
-        metrics.reloads.labels("ok" if ok else "refused").inc()
+        if ok or store.last_error is not None:  # a skipped reload (one running already) changes nothing
+            metrics.reload_outcome(ok, store.last_error)
         if ok:
             settle_heap(unfreeze=True)  # the old tables' objects can go; the new ones join the frozen heap
 
@@ -78,9 +79,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.exception("warming up the explorer's pictures failed")
 
     async def watch() -> None:
+        """Poll the tables directory; nothing it meets ends it (a failed check is logged, tried next time)."""
         while True:
             await asyncio.sleep(settings.reload_interval_s)
-            if store.changed():
+            try:
+                changed = store.changed()
+            except Exception:  # noqa: BLE001
+                log.exception("checking the tables directory failed; trying again at the next interval")
+                continue
+            if changed:
                 await reload("file change")
 
     @contextlib.asynccontextmanager

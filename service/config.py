@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.trust import TrustedProxies
 from tiling_model import known_socs
 
 SHIPPED_TABLES = Path(__file__).resolve().parent / "tables"
@@ -29,7 +30,13 @@ class Settings:
     max_connections: int = 1000  # open connections per worker; past it a request gets a 503 (Retry-After)
     batch_budget_s: float = 2.0  # server time one batch may spend on answers not cached yet; past it: 503
     max_active: int = 1024  # requests in progress per worker; past it a request gets a 503 at once (Retry-After)
-    shed_wait_s: float = 0.15  # past this wait for the requests in progress (measured rate): a 503 at once
+    shed_wait_s: float = 0.1  # a request's own wait to start; over it for shed_interval_s: 503 at once
+    shed_interval_s: float = 0.1  # how long waits must stay over shed_wait_s to be a standing queue
+    per_address_connections: int = 256  # open connections per client address; past it: 503 (0: no limit)
+    per_address_requests: int = 64  # requests in progress per client address, arriving ones too; 429 (0: none)
+    send_timeout_s: float = 10.0  # answers left unread (socket buffer full) this long: the connection closes
+    cache_mb: int = 64  # the answer cache's bound, MiB (answers and refusals counted in bytes)
+    forwarded_allow_ips: str = ""  # proxies whose X-Forwarded-For is believed (comma-separated, "*"); none
     heavy_workers: int = 1  # worker processes for explanations and pictures (service.scheduler)
     per_client: int = 4  # explanations, pictures and batches one client address may have in flight; past it: 429
     max_queued: int = 32  # explanations and pictures waiting for a worker; past it: 503
@@ -57,6 +64,12 @@ class Settings:
             batch_budget_s=float(env.get("BCETUNE_BATCH_BUDGET", d.batch_budget_s)),
             max_active=int(env.get("BCETUNE_MAX_ACTIVE", d.max_active)),
             shed_wait_s=float(env.get("BCETUNE_SHED_WAIT", d.shed_wait_s)),
+            shed_interval_s=float(env.get("BCETUNE_SHED_INTERVAL", d.shed_interval_s)),
+            per_address_connections=int(env.get("BCETUNE_PER_ADDRESS_CONNECTIONS", d.per_address_connections)),
+            per_address_requests=int(env.get("BCETUNE_PER_ADDRESS_REQUESTS", d.per_address_requests)),
+            send_timeout_s=float(env.get("BCETUNE_SEND_TIMEOUT", d.send_timeout_s)),
+            cache_mb=int(env.get("BCETUNE_CACHE_MB", d.cache_mb)),
+            forwarded_allow_ips=env.get("BCETUNE_FORWARDED_ALLOW_IPS", d.forwarded_allow_ips),
             heavy_workers=int(env.get("BCETUNE_HEAVY_WORKERS", d.heavy_workers)),
             per_client=int(env.get("BCETUNE_PER_CLIENT", d.per_client)),
             max_queued=int(env.get("BCETUNE_MAX_QUEUED", d.max_queued)),
@@ -85,6 +98,12 @@ class Settings:
             "BCETUNE_BATCH_BUDGET": str(self.batch_budget_s),
             "BCETUNE_MAX_ACTIVE": str(self.max_active),
             "BCETUNE_SHED_WAIT": str(self.shed_wait_s),
+            "BCETUNE_SHED_INTERVAL": str(self.shed_interval_s),
+            "BCETUNE_PER_ADDRESS_CONNECTIONS": str(self.per_address_connections),
+            "BCETUNE_PER_ADDRESS_REQUESTS": str(self.per_address_requests),
+            "BCETUNE_SEND_TIMEOUT": str(self.send_timeout_s),
+            "BCETUNE_CACHE_MB": str(self.cache_mb),
+            "BCETUNE_FORWARDED_ALLOW_IPS": self.forwarded_allow_ips,
             "BCETUNE_HEAVY_WORKERS": str(self.heavy_workers),
             "BCETUNE_PER_CLIENT": str(self.per_client),
             "BCETUNE_MAX_QUEUED": str(self.max_queued),
@@ -104,8 +123,16 @@ class Settings:
             raise ValueError("max header must be >= 1024 B, request timeout > 0 s, keep-alive timeout >= 1 s")
         if self.max_connections < 1 or self.batch_budget_s <= 0:
             raise ValueError("max connections must be >= 1 and the batch budget > 0 s")
-        if self.max_active < 1 or self.shed_wait_s <= 0:
-            raise ValueError("max active must be >= 1 and the shedding wait > 0 s")
+        if self.max_active < 1 or self.shed_wait_s <= 0 or self.shed_interval_s <= 0:
+            raise ValueError("max active must be >= 1, the shedding wait and interval > 0 s")
+        if self.cache_mb < 1:
+            raise ValueError("the answer cache must have 1 MiB at least")
+        if self.per_address_connections < 0 or self.per_address_requests < 0 or self.send_timeout_s <= 0:
+            raise ValueError("per-address connections and requests must be >= 0 (0: no limit), send timeout > 0 s")
+        try:
+            TrustedProxies(self.forwarded_allow_ips)
+        except ValueError as e:
+            raise ValueError(f"forwarded-allow-ips {self.forwarded_allow_ips!r}: {e}") from None
         if self.heavy_workers < 1 or self.per_client < 1 or self.max_queued < 0 or not 0 < self.heavy_share < 1:
             raise ValueError("heavy workers and per-client share must be >= 1, max queued >= 0, heavy share in (0, 1)")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):

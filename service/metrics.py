@@ -29,6 +29,12 @@ class Metrics:
         self.reloads = Counter(
             "bcetune_table_reloads_total", "table reloads by result", ["result"], registry=self.registry
         )
+        self.reload_error = Gauge(
+            "bcetune_table_reload_error_timestamp_seconds",
+            "when the last reload was refused (Unix time; absent after a good one), by the file it names",
+            ["file"],
+            registry=self.registry,
+        )
         self.jobs = Counter(
             "bcetune_scheduler_jobs_total",
             "explanations and pictures by outcome (done, cancelled: the client left while it waited, failed)",
@@ -45,6 +51,13 @@ class Metrics:
             "bcetune_gc_pause_max_seconds", "the longest garbage-collection pause so far", registry=self.registry
         )
         self._gc_start = self._gc_max = 0.0
+
+    def reload_outcome(self, ok: bool, error: Any) -> None:
+        """A reload's result; ``error``: the store's last error (file, at) after a refused one."""
+        self.reloads.labels("ok" if ok else "refused").inc()
+        self.reload_error.clear()
+        if not ok and error is not None:
+            self.reload_error.labels(error.file or "").set(error.at)
 
     def watch_gc(self) -> None:
         """Time every collection of this process (gc.callbacks: a start and a stop per collection)."""

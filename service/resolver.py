@@ -5,19 +5,24 @@ The answer itself is ``tiling_model.resolve`` (what the CLI and the PyTorch oper
 tiling is validated before it is returned. Answers are cached per distinct request as the
 response's JSON bytes and its source: a repeated request costs a dictionary lookup and no encoding,
 and the cache holds no containers for the garbage collector to walk (a bytes and a str in a tuple).
+Refusals are cached as what their answer needs (``Refusal``: the error's kind, message and field, its
+violations as JSON bytes), never as the exception: its traceback kept the request it refused alive. The
+cache is bounded in bytes (``cache_bytes``; each entry counted as its key, its bytes and their overhead),
+oldest first out.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from kernel.sources import kernel_source_hash
 from service.logs import LOGGER, event
-from tiling_model import BadRequest, BcetuneError, InvalidTiling, SocProfile, TilingData
+from tiling_model import BadRequest, InvalidTiling, SocProfile, TilingData
 from tiling_model.confidence import interval
 from tiling_model.cost import predict_with_roofline
 from tiling_model.resolve import Request, Resolver
@@ -26,7 +31,45 @@ from tiling_model.tiling import KNOB_NAMES, element_count
 from tiling_model.validate import Violation
 
 log = logging.getLogger(LOGGER)
-CACHE_SIZE = 65536
+CACHE_BYTES = 64 << 20  # Settings.cache_mb
+ENTRY_OVERHEAD = 360  # bytes a cache entry costs beyond its contents: dict slot, tuples, object headers
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A refused request as the cache keeps it: what its 422 says, nothing of the request."""
+
+    error: type[BadRequest] | type[InvalidTiling]
+    message: str
+    field: str | None
+    violations: bytes  # JSON
+
+    @classmethod
+    def of(cls, e: BadRequest | InvalidTiling) -> Refusal:
+        violations = orjson.dumps(e.violations) if isinstance(e, InvalidTiling) else b""
+        return cls(type(e), str(e), getattr(e, "field", None), violations)
+
+    def error_again(self) -> BadRequest | InvalidTiling:
+        """The refusal as a fresh exception (no traceback, no frames), as the routes answer it."""
+        if self.error is InvalidTiling or issubclass(self.error, InvalidTiling):
+            return self.error(self.message, orjson.loads(self.violations), self.field)
+        return self.error(self.message, self.field)
+
+    def size(self) -> int:
+        return len(self.message) + len(self.violations)
+
+
+def _key_bytes(key: tuple[object, ...]) -> int:
+    """What a key holds beyond ENTRY_OVERHEAD: its strings and numbers, its shape's and knobs' tuples."""
+    n = 0
+    for part in key:
+        if isinstance(part, str):
+            n += len(part) + 49
+        elif isinstance(part, tuple):
+            n += 56 + 8 * len(part) + sum(_key_bytes(p) if isinstance(p, tuple) else 32 for p in part)
+        else:
+            n += 32
+    return n
 
 
 class Query(Request):
@@ -71,17 +114,22 @@ Answer = tuple[bytes, str]  # the response's JSON, its source ("exact", "bucket"
 
 
 class TilingResolver:
-    def __init__(self, tables: dict[str, TuningTable]) -> None:
+    def __init__(self, tables: dict[str, TuningTable], cache_bytes: int = CACHE_BYTES) -> None:
         self.tables = tables
         self.resolver = Resolver(tables, kernel_source_hash(), _log_invalid_entry)
-        self._answers: dict[tuple[object, ...], Answer | BcetuneError] = {}
+        self.cache_bytes = cache_bytes
+        self.cached_bytes = 0
+        self._answers: dict[tuple[object, ...], tuple[Answer | Refusal, int]] = {}
 
     def cached(self, q: Query) -> Answer | None:
         """The answer if this request was seen before (no work at all), else None; a request refused
-        before is refused again from the cache (raises the same error)."""
-        doc = self._answers.get(q.key())
-        if isinstance(doc, BcetuneError):
-            raise doc.with_traceback(None)  # no traceback piling up on the cached instance
+        before is refused again from the cache (raises the same error, made anew)."""
+        got = self._answers.get(q.key())
+        if got is None:
+            return None
+        doc = got[0]
+        if isinstance(doc, Refusal):
+            raise doc.error_again()
         return doc
 
     def answer(self, q: Query) -> Answer:
@@ -92,7 +140,7 @@ class TilingResolver:
             try:
                 r = self.resolver.resolve(q)
             except (BadRequest, InvalidTiling) as e:
-                self._remember(q, e)
+                self._remember(q, Refusal.of(e))
                 raise
             doc = _response(r.tiling, r.source, r.provenance, q.given, r.profile)
             got = (orjson.dumps(doc), r.source)
@@ -107,10 +155,16 @@ class TilingResolver:
     def profile(self, soc: str) -> SocProfile:
         return self.resolver.profile(soc)
 
-    def _remember(self, q: Query, outcome: Answer | BcetuneError) -> None:
-        if len(self._answers) >= CACHE_SIZE:
-            self._answers.pop(next(iter(self._answers)))  # oldest first
-        self._answers[q.key()] = outcome
+    def _remember(self, q: Query, outcome: Answer | Refusal) -> None:
+        key = q.key()
+        size = ENTRY_OVERHEAD + _key_bytes(key) + (outcome.size() if isinstance(outcome, Refusal) else len(outcome[0]))
+        old = self._answers.pop(key, None)
+        if old is not None:
+            self.cached_bytes -= old[1]
+        while self._answers and self.cached_bytes + size > self.cache_bytes:
+            self.cached_bytes -= self._answers.pop(next(iter(self._answers)))[1]  # oldest first
+        self._answers[key] = (outcome, size)
+        self.cached_bytes += size
 
 
 def _log_invalid_entry(r: Request, size: int, bad: list[Violation]) -> None:

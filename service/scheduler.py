@@ -105,6 +105,9 @@ class Scheduler:
     _debt_s: float = field(default=0.0, init=False)  # CPU time the expensive requests spent past their share
     _debt_at: float = field(default_factory=time.monotonic, init=False)
     _cheap_seen_at: float = field(default=-1e9, init=False)
+    _degraded: str | None = field(default=None, init=False)
+    _stopped: bool = field(default=False, init=False)
+    replacements: int = field(default=0, init=False)  # worker pools replaced after a worker died
 
     # the pool ------------------------------------------------------------------------------------
     def pool(self) -> concurrent.futures.ProcessPoolExecutor:
@@ -113,7 +116,34 @@ class Scheduler:
             self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, ctx, initializer=_worker_init)
         return self._pool
 
+    @property
+    def degraded(self) -> str | None:
+        """Why explanations and pictures cannot be served at full strength now (a worker died and its
+        replacement is still starting), or None."""
+        return self._degraded
+
+    def _replace_pool(self, broken: concurrent.futures.ProcessPoolExecutor | None) -> None:
+        """A worker died (killed, out of memory): the pool is broken for good, so it is replaced by a new
+        one, warmed in the background; readiness says degraded until the new one has answered."""
+        if self._stopped or (broken is not None and self._pool is not broken):
+            return  # stopping, or replaced already
+        self.replacements += 1
+        self._count("worker_died")
+        self._pool = None
+        if broken is not None:
+            broken.shutdown(wait=False, cancel_futures=True)
+        self._degraded = "a worker process died; its replacement is starting"
+        pool = self.pool()
+        warming = asyncio.wrap_future(pool.submit(os.getpid))
+
+        def warmed(f: asyncio.Future[Any]) -> None:
+            if self._pool is pool and not f.cancelled() and f.exception() is None:
+                self._degraded = None
+
+        warming.add_done_callback(warmed)
+
     def shutdown(self) -> None:
+        self._stopped = True
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -169,22 +199,33 @@ class Scheduler:
             if job.cancelled:
                 self._count("cancelled")
                 continue
+            pool = self.pool()
+            try:
+                future = pool.submit(_timed, job.fn, *job.args)
+            except concurrent.futures.BrokenExecutor:  # it broke between two jobs: replaced, tried once more
+                self._replace_pool(pool)
+                pool = self.pool()
+                future = pool.submit(_timed, job.fn, *job.args)
             self._running += 1
-            wrapped = asyncio.wrap_future(self.pool().submit(_timed, job.fn, *job.args))
-            wrapped.add_done_callback(functools.partial(self._finished, job))
+            wrapped = asyncio.wrap_future(future)
+            wrapped.add_done_callback(functools.partial(self._finished, job, pool))
 
     def _count(self, outcome: str) -> None:
         if self.on_job is not None:
             self.on_job(outcome)
 
-    def _finished(self, job: _Job, f: asyncio.Future[Any]) -> None:
+    def _finished(self, job: _Job, pool: concurrent.futures.ProcessPoolExecutor, f: asyncio.Future[Any]) -> None:
         self._running -= 1
-        self._count("failed" if f.cancelled() or f.exception() is not None else "done")
+        error = None if f.cancelled() else f.exception()
+        self._count("failed" if f.cancelled() or error is not None else "done")
+        if isinstance(error, concurrent.futures.BrokenExecutor):
+            self._replace_pool(pool)  # what the dead worker held is refused, never retried (it may be the cause)
+            error = Refused(503, "the worker process making it died; it has been replaced: retry shortly")
+        elif f.cancelled():  # the service is stopping
+            error = Refused(503, "the service is stopping; retry shortly")
         if not job.done.done():
-            if f.cancelled():
-                job.done.cancel()
-            elif f.exception() is not None:
-                job.done.set_exception(f.exception())  # type: ignore[arg-type]
+            if error is not None:
+                job.done.set_exception(error)
             else:
                 job.done.set_result(f.result())
         self._dispatch()
@@ -241,7 +282,9 @@ class LoopClock:
 
     @classmethod
     def of(cls, request: Any) -> LoopClock:
-        return cls(request.scope.get(ADMITTED_AT, time.perf_counter()))
+        """The clock the admission started for this request (a fresh one where none did)."""
+        clock = request.scope.get(ADMITTED_AT)
+        return clock if isinstance(clock, LoopClock) else cls(time.perf_counter())
 
     def held(self) -> float:
         """The time since admission or the last wait, and a new lap from now."""
@@ -287,15 +330,25 @@ class Admission:
             client = _address(scope)
             try:
                 s.admit(client)
-                scope[ADMITTED_AT] = time.perf_counter()
             except Refused as e:
                 # the refusal comes after its Retry-After: a client that retries at once (ignoring it)
                 # makes one request a second per connection, not thousands of cheap refusals
                 await asyncio.sleep(e.retry_after)
                 await refuse(send, e)
                 return
+            clock = LoopClock(time.perf_counter())
+            scope[ADMITTED_AT] = clock
+
+            async def charged_send(message: dict[str, Any]) -> None:
+                """Every answer, a refusal (422, 503) as much as a picture, pays its loop time to the share
+                before it goes out: a client sending requests that are parsed and then refused pays too."""
+                if message["type"] == "http.response.start":
+                    await s.charge(clock.held())
+                    clock.resumed()
+                await send(message)
+
             try:
-                await self.app(scope, receive, send)
+                await self.app(scope, receive, charged_send)
             finally:
                 s.release(client)
             return

@@ -455,7 +455,9 @@ class TablesResponse(BaseModel):
     tables: list[TableInfo]
     reloads: int
     failed_reloads: int = Field(description="reloads refused (a bad new table): the old tables kept serving")
-    last_reload_error: str | None
+    last_reload_error: str | None = Field(description="why the last reload was refused; null after a good one")
+    last_reload_error_file: str | None = Field(None, description="the table file it names, where it names one")
+    last_reload_error_at: str | None = Field(None, description="when it was refused (UTC, ISO 8601)")
 
 
 class ReadyResponse(BaseModel):
@@ -467,6 +469,10 @@ class ReadyResponse(BaseModel):
     tables: int
     socs: list[str]
     empty: list[str] = Field(description="SoCs whose table has no entry that validates (not ready while any)")
+    status: Literal["ready", "degraded", "not_ready"] = Field(
+        "ready", description="degraded: /tiling serves, explanations and pictures wait for a worker's replacement"
+    )
+    degraded: str | None = Field(None, description="why it is degraded, while it is")
 
 
 #: The error answers every POST documents.

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernel.sources import kernel_source_hash
 from service.logs import LOGGER, event
-from service.resolver import TilingResolver
+from service.resolver import CACHE_BYTES, TilingResolver
 from tiling_model import BadRequest, TableError, compute_tiling, known_socs, load_soc, validate
 from tiling_model.tables import TuningTable, load_table
 
@@ -41,11 +42,20 @@ class Snapshot:
 
 
 def _signature(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """(name, size, mtime_ns) of each table file; a file that cannot be read for its state (a dangling
+    link, a symlink loop) is in it as (name, -1, -1): a change too, but no error here."""
     out = []
-    for p in sorted(directory.glob("*.json")):
+    try:
+        paths = sorted(directory.glob("*.json"))
+    except OSError:
+        return (("", -1, -1),)
+    for p in paths:
         try:
             st = p.stat()
         except FileNotFoundError:
+            continue
+        except OSError:  # ELOOP, EACCES...: the reload says what it is
+            out.append((p.name, -1, -1))
             continue
         out.append((p.name, st.st_size, st.st_mtime_ns))
     return tuple(out)
@@ -82,7 +92,7 @@ def _checked(table: TuningTable, path: Path, kernel_hash: str) -> LoadedTable:
     return LoadedTable(replace(table, entries=tuple(keep)), path, tuple(invalid), tuple(stale))
 
 
-def load_snapshot(directory: Path, reload: bool = False) -> Snapshot:
+def load_snapshot(directory: Path, reload: bool = False, cache_bytes: int = CACHE_BYTES) -> Snapshot:
     """Every ``<SoC>.json`` in ``directory``; any unusable file raises TableError naming it. A reload
     is stricter than the start: it also refuses a directory with no table and a table none of whose
     entries validates (the tables serving now are better than those)."""
@@ -102,21 +112,31 @@ def load_snapshot(directory: Path, reload: bool = False) -> Snapshot:
             raise TableError(f"{path}: no entry validates ({len(tables[table.soc].invalid)} dropped)")
     if reload and not tables:
         raise TableError("the tables directory has no <SoC>.json table left")
-    return Snapshot(tables, TilingResolver({s: lt.table for s, lt in tables.items()}), signature)
+    return Snapshot(tables, TilingResolver({s: lt.table for s, lt in tables.items()}, cache_bytes), signature)
+
+
+@dataclass(frozen=True)
+class ReloadError:
+    """The last reload refused: what went wrong, in which file (where one is named), when (Unix time)."""
+
+    error: str
+    file: str | None
+    at: float
 
 
 @dataclass
 class TableStore:
     directory: Path
+    cache_bytes: int = CACHE_BYTES
     snapshot: Snapshot = field(init=False)
     reloads: int = 0
     failed_reloads: int = 0
-    last_error: str | None = None
+    last_error: ReloadError | None = None
     _refused_signature: tuple | None = None  # the directory state last refused: not retried until it changes
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
-        self.snapshot = load_snapshot(self.directory)  # start-up: a bad table is fatal
+        self.snapshot = load_snapshot(self.directory, cache_bytes=self.cache_bytes)  # start-up: a bad table is fatal
         for soc, lt in self.snapshot.tables.items():
             if lt.stale:
                 event(log, logging.WARNING, "table is stale", soc=soc, reasons=list(lt.stale))
@@ -126,19 +146,22 @@ class TableStore:
         return sig != self.snapshot.signature and sig != self._refused_signature
 
     def reload(self, reason: str) -> bool:
-        """Load the directory anew; swap it in if every file is good, else keep serving the old. One
-        reload at a time: a reload asked for while one runs is skipped (False), never queued."""
+        """Load the directory anew; swap it in if every file is good, else keep serving the old. Whatever a
+        load raises (a bad table, and TypeError or RecursionError from a hostile JSON too) is a refusal,
+        recorded in ``last_error`` and not retried until the directory changes. One reload at a time: a
+        reload asked for while one runs is skipped (False), never queued."""
         if not self._lock.acquire(blocking=False):
             event(log, logging.WARNING, "table reload already running; this one skipped", reason=reason)
             return False
         try:
             signature = _signature(self.directory)
             try:
-                new = load_snapshot(self.directory, reload=True)
-            except (TableError, OSError) as e:
+                new = load_snapshot(self.directory, reload=True, cache_bytes=self.cache_bytes)
+            except Exception as e:  # noqa: BLE001 - any failure keeps the old tables and is reported
                 self._refused_signature = signature
                 self.failed_reloads += 1
-                self.last_error = self.public(str(e))
+                text = str(e) if isinstance(e, TableError | OSError) else f"{type(e).__name__}: {str(e)[:300]}"
+                self.last_error = ReloadError(self.public(text), self._file_of(e), time.time())
                 event(
                     log,
                     logging.ERROR,
@@ -162,6 +185,13 @@ class TableStore:
             return True
         finally:
             self._lock.release()
+
+    def _file_of(self, e: BaseException) -> str | None:
+        """The table file a reload error names (relative to the tables directory), where it names one."""
+        named = getattr(e, "filename", None) or next(
+            (str(p) for p in sorted(self.directory.glob("*.json")) if str(p) in str(e)), None
+        )
+        return self.public(str(named)) if named else None
 
     def public(self, message: str) -> str:
         """``message`` without the server's directory (paths relative to the tables directory)."""

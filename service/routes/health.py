@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from service.deps import StoreDep, json_bytes
+from service.deps import ServiceDep, json_bytes
 from service.schemas import ReadyResponse
 
 router = APIRouter(tags=["health"])
@@ -19,10 +19,15 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", response_model=ReadyResponse, responses={503: {"model": ReadyResponse}})
-async def readyz(store: StoreDep) -> Any:
+async def readyz(service: ServiceDep) -> Any:
     """Ready when at least one table is loaded and every loaded table has entries that validate
-    (a table whose entries all fail would silently send every request to the cost model)."""
-    tables = store.snapshot.tables
+    (a table whose entries all fail would silently send every request to the cost model); degraded (still
+    ready: /tiling serves) while a dead explanation/picture worker's replacement starts."""
+    tables = service.store.snapshot.tables
     empty = sorted(soc for soc, lt in tables.items() if not lt.table.entries)
-    doc = {"ready": bool(tables) and not empty, "tables": len(tables), "socs": sorted(tables), "empty": empty}
-    return json_bytes(doc, status_code=200 if doc["ready"] else 503)
+    ready = bool(tables) and not empty
+    degraded = service.scheduler.degraded
+    status = "not_ready" if not ready else "degraded" if degraded else "ready"
+    doc = {"ready": ready, "tables": len(tables), "socs": sorted(tables), "empty": empty, "status": status,
+           "degraded": degraded}  # fmt: skip
+    return json_bytes(doc, status_code=200 if ready else 503)

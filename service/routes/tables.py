@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
@@ -23,10 +24,13 @@ async def socs() -> Any:
 async def tables(store: StoreDep) -> Any:
     """Per SoC: provenance, entry counts and staleness against the running code; reload history."""
     infos = [TableInfo.of(soc, lt).model_dump() for soc, lt in sorted(store.snapshot.tables.items())]
+    error = store.last_error
     doc = {
         "tables": infos,
         "reloads": store.reloads,
         "failed_reloads": store.failed_reloads,
-        "last_reload_error": store.last_error,
+        "last_reload_error": error.error if error else None,
+        "last_reload_error_file": error.file if error else None,
+        "last_reload_error_at": datetime.fromtimestamp(error.at, UTC).isoformat() if error else None,
     }
     return json_bytes(doc)

@@ -52,6 +52,8 @@ def test_health_ready_docs(server: Server) -> None:
         "tables": 1,
         "socs": ["Ascend910B2"],
         "empty": [],
+        "status": "ready",
+        "degraded": None,
     }
     assert httpx.get(server.url + "/docs").status_code == 200
     spec = httpx.get(server.url + "/openapi.json").json()
@@ -85,7 +87,8 @@ def test_readyz_is_503_while_a_table_has_no_entry_that_validates(tmp_path: Path)
     try:
         r = httpx.get(srv.url + "/readyz")
         assert r.status_code == 503 and r.json() == {"ready": False, "tables": 1, "socs": ["Ascend910B2"],
-                                                     "empty": ["Ascend910B2"]}  # fmt: skip
+                                                     "empty": ["Ascend910B2"], "status": "not_ready",
+                                                     "degraded": None}  # fmt: skip
         assert post(srv, {"shape": [8], "dtype": "float32"}).json()["source"] == "model"  # still answers
     finally:
         srv.stop()
