@@ -33,7 +33,7 @@ class Settings:
     shed_wait_s: float = 0.1  # a request's own wait to start; over it for shed_interval_s: 503 at once
     shed_interval_s: float = 0.1  # how long waits must stay over shed_wait_s to be a standing queue
     per_address_connections: int = 256  # open connections per client address; past it: 503 (0: no limit)
-    per_address_requests: int = 64  # requests in progress per client address, arriving ones too; 429 (0: none)
+    per_address_requests: int = 128  # requests in progress per client address, arriving ones too; 429 (0: none)
     send_timeout_s: float = 10.0  # answers left unread (socket buffer full) this long: the connection closes
     cache_mb: int = 64  # the answer cache's bound, MiB (answers and refusals counted in bytes)
     forwarded_allow_ips: str = ""  # proxies whose X-Forwarded-For is believed (comma-separated, "*"); none

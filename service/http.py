@@ -33,8 +33,11 @@ Settings come from BCETUNE_* variables (``python -m service`` sets them for ever
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
+import socket
+import struct
 import time
 import types
 from collections import OrderedDict, defaultdict
@@ -52,7 +55,7 @@ DEFAULT_MAX_HEADER_BYTES = 16384
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
 DEFAULT_SEND_TIMEOUT_S = 10.0
 DEFAULT_PER_ADDRESS_CONNECTIONS = 256
-DEFAULT_PER_ADDRESS_REQUESTS = 64
+DEFAULT_PER_ADDRESS_REQUESTS = 128
 RETRY_AFTER_S = 1  # a refusal's Retry-After, and how long its connection's reads are held at most
 MIN_IDLE_S = 1.0  # what an idle connection must have been idle for to be closed for another's request
 EXPENSIVE_PREFIX = "/tiling/"  # batches, explanations, pictures (service.scheduler admits them)
@@ -214,8 +217,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._send_deadline = None
 
     def _unread(self) -> None:
-        """The client has not read its answers for the send deadline: the connection goes."""
+        """The client has not read its answers for the send deadline: the connection goes, reset (linger 0:
+        a plain close leaves the unsent answers to the kernel, megabytes held until its orphan retries end)."""
         self._send_deadline = None
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
 
     # writing and closing -------------------------------------------------------------------------
