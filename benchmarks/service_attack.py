@@ -4,12 +4,17 @@ The victim is wrk on ``POST /tiling`` (4 connections from 127.0.0.1): the cached
 answered before) and the distinct mix (every request new). Beside it, from 127.0.0.2 (another client
 address), an attacker: 4 or 16 connections of distinct pictures (each request sent and its connection
 closed 0.1 s later, as a client that navigates away), distinct explanations, distinct 256-item batches (both
-waiting for their answers and ignoring Retry-After), or 1,000 idle connections that reconnect when
-closed. Each victim run is side by side with the victim alone in the same process run; the targets:
-the victim keeps >= 80% of its throughput and its p99 stays under 50 ms.
+waiting for their answers and ignoring Retry-After), 1,000 idle connections that reconnect when closed,
+1,900-item batches (refused: too long), batches whose first item is refused (255 more parsed), 400
+connections sending a body a byte a second, 1,000 connections with a request's headers half sent, or 200
+connections of pictures each naming another client in X-Forwarded-For. Each victim run is side by side
+with the victim alone in the same process run; the targets: the victim keeps >= 80% of its throughput
+and its p99 stays under 50 ms. ``--proxy``: every client goes through nginx (deploy/nginx/bcetune.conf,
+the production deployment) in front of the service, which believes its X-Forwarded-For.
 
-Run: ``make bench-service`` (after the load benchmark) or ``python benchmarks/service_attack.py``.
-Prints what it measured; asserts nothing (the machine is shared and noisy).
+Run: ``make bench-service`` (after the load benchmark) or ``python benchmarks/service_attack.py [--proxy]``.
+Prints what it measured; asserts nothing (the machine is shared and noisy). ``--json FILE`` also writes
+every row's figures (the proxy test reads them).
 """
 
 from __future__ import annotations
@@ -28,8 +33,14 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-from service_load import SHAPES, cold_bodies, lua_script, parse, random_shape, start_server
+from service_load import SHAPES, cold_bodies, free_port, lua_script, parse, random_shape, start_server
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy" / "nginx"))
+import run_proxy  # noqa: E402
+
+ATTACKS = [("pictures", 4), ("pictures", 16), ("explanations", 4), ("explanations", 16), ("batches", 4),
+           ("batches", 16), ("idle", 1000), ("too-long", 4), ("bad-first", 4), ("slow-body", 400),
+           ("partial", 1000), ("spoofed", 200)]  # fmt: skip
 ATTACKER_ADDRESS = "127.0.0.2"  # Linux routes all of 127/8 to the loopback: a second client address
 VICTIM_CONNECTIONS = 4
 
@@ -175,21 +186,32 @@ def gc_pause_max(url: str) -> str:
 
 def attack_body(kind: str, rng: random.Random) -> tuple[str, bytes]:
     one = {"shape": random_shape(rng), "dtype": rng.choice(["float32", "float16"]), "weight": rng.random() < 0.5}
-    if kind == "pictures":
+    if kind in ("pictures", "spoofed"):
         return "/tiling/plot/" + rng.choice(["core_map", "ub", "timeline", "landscape"]), json.dumps(one).encode()
     if kind == "explanations":
         return "/tiling/explain", json.dumps(one).encode()
-    batch = [{"shape": random_shape(rng), "dtype": "float32", "reduction": "none"} for _ in range(256)]
+    items = 1900 if kind == "too-long" else 256
+    batch = [{"shape": random_shape(rng), "dtype": "float32", "reduction": "none"} for _ in range(items)]
+    if kind == "bad-first":  # refused at its first item: past any device's memory
+        batch[0]["shape"] = [1 << 30, rng.randint(16, 1 << 20)]
     return "/tiling/batch", json.dumps({"requests": batch}).encode()
 
 
-def request_bytes(path: str, body: bytes) -> bytes:
-    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+def request_bytes(path: str, body: bytes, extra: str = "") -> bytes:
+    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"{extra}\r\n")  # fmt: skip
     return head.encode() + body
+
+
+BODIES_PER_CONNECTION = 64  # made before the attack, sent in turn: the attacker's own CPU spent up front
 
 
 async def _connection(kind: str, host: str, port: int, seed: int, until: float, seen: Counter) -> None:
     rng = random.Random(seed)
+    extra = f"X-Forwarded-For: 10.{seed % 250}.{seed // 250}.7\r\n" if kind == "spoofed" else ""
+    held = kind in ("idle", "partial", "slow-body")
+    bodies = [] if held else [request_bytes(*attack_body(kind, rng), extra) for _ in range(BODIES_PER_CONNECTION)]
+    sent = 0
     while time.monotonic() < until:
         try:
             reader, writer = await asyncio.open_connection(host, port, local_addr=(ATTACKER_ADDRESS, 0))
@@ -198,15 +220,29 @@ async def _connection(kind: str, host: str, port: int, seed: int, until: float, 
             await asyncio.sleep(0.01)
             continue
         try:
-            if kind == "idle":  # hold it open until the server closes it, then reconnect
-                try:
-                    await asyncio.wait_for(reader.read(), max(0.0, until - time.monotonic()))
-                    seen["closed by the server"] += 1
-                except TimeoutError:
-                    seen["held to the end"] += 1
+            if held:  # held open (sending nothing more, or a byte a second)
+                if kind == "partial":
+                    writer.write(b"POST /tiling HTTP/1.1\r\nHost: x\r\nContent-")
+                elif kind == "slow-body":
+                    writer.write(b"POST /tiling HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: 1000\r\n\r\n{")  # fmt: skip
+                outcome = "held to the end"
+                while time.monotonic() < until:
+                    if kind == "slow-body":
+                        writer.write(b" ")
+                    try:
+                        got = await asyncio.wait_for(reader.read(65536), min(1.0, max(0.01, until - time.monotonic())))
+                    except TimeoutError:
+                        continue
+                    if not got:
+                        outcome = "closed by the server"
+                        break
+                    seen[f"answered {got.split(b' ', 2)[1].decode(errors='replace')}"] += 1
+                seen[outcome] += 1
                 continue
             while time.monotonic() < until:
-                writer.write(request_bytes(*attack_body(kind, rng)))
+                writer.write(bodies[sent % len(bodies)])
+                sent += 1
                 await writer.drain()
                 if kind == "pictures":  # sent, and given up on 0.1 s later (a client that navigates away)
                     seen["sent and abandoned"] += 1
@@ -226,7 +262,7 @@ async def _connection(kind: str, host: str, port: int, seed: int, until: float, 
 
 async def attack(kind: str, conns: int, seconds: float, port: int) -> Counter:
     seen: Counter = Counter()
-    until = time.monotonic() + seconds
+    until = time.monotonic() + seconds + 0.5 * (kind in ("bad-first", "batches", "too-long"))  # its bodies made
     await asyncio.gather(*(_connection(kind, "127.0.0.1", port, i, until, seen) for i in range(conns)))
     return seen
 
@@ -260,13 +296,15 @@ def settle(url: str, limit_s: float = 60) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=int, default=8)
-    ap.add_argument("--attack", choices=["pictures", "explanations", "batches", "idle"])
+    ap.add_argument("--attack", choices=[kind for kind, _ in ATTACKS])
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--probe", default="", help="(internal) run the served-latency probe on these bodies (JSON)")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--overload-only", action="store_true", help="only the 1,000-connection runs")
     ap.add_argument("--only", default="", help="attacker rows to run, e.g. batches,explanations (no overload runs)")
     ap.add_argument("--max-connections", type=int, default=1000, help="the server's connection cap")
+    ap.add_argument("--proxy", action="store_true", help="every client through nginx (deploy/nginx/bcetune.conf)")
+    ap.add_argument("--json", type=Path, help="also write every row's figures here")
     a = ap.parse_args()
     if a.probe:  # the served-latency probe process
         print(json.dumps(asyncio.run(probe(a.port, json.loads(Path(a.probe).read_text()), a.seconds))))
@@ -280,12 +318,27 @@ def main() -> int:
     cached = [json.dumps({"shape": s, "dtype": d, "reduction": r}) for s, d, r in SHAPES]
     distinct = cold_bodies(200_000, seed=7)
 
-    def fresh_server() -> tuple[subprocess.Popen, str, int]:
-        server, url = start_server(["--workers", "1", "--max-connections", str(a.max_connections)])
+    proxies: list[subprocess.Popen] = []
+
+    def fresh_server(*extra: str) -> tuple[subprocess.Popen, str, int]:
+        """A new service (and, with --proxy, nginx before it); the URL and port clients use."""
+        args = ["--workers", "1", "--max-connections", str(a.max_connections), *extra]
+        server, url = start_server([*args, "--forwarded-allow-ips", "127.0.0.1"] if a.proxy else args)
+        server.direct_url = url  # type: ignore[attr-defined]  # its own /metrics and /healthz
+        if a.proxy:
+            listen = free_port()
+            proxies.append(run_proxy.start(listen, int(url.rsplit(":", 1)[1]), Path(tempfile.mkdtemp())))
+            url = f"http://127.0.0.1:{listen}"
         for b in cached:  # answered once: from here on the cached mix is cache hits
             httpx.post(url + "/tiling", content=b, headers={"content-type": "application/json"})
         time.sleep(5)  # the explorer's warm-up done
         return server, url, int(url.rsplit(":", 1)[1])
+
+    def stop(server: subprocess.Popen) -> None:
+        server.kill()  # a server still busy with what an attack left does not stop on a TERM in time
+        server.wait()
+        while proxies:
+            proxies.pop().terminate()
 
     used = 0
 
@@ -299,25 +352,25 @@ def main() -> int:
         r["served"] = r["rps"] * (r["requests"] - r["non2xx"]) / r["requests"] if r["requests"] else 0.0
         return r
 
-    attacks = [("pictures", 4), ("pictures", 16), ("explanations", 4), ("explanations", 16), ("batches", 4),
-               ("batches", 16), ("idle", 1000)]  # fmt: skip
+    attacks = ATTACKS
     if a.only:
         wanted = set(a.only.split(","))
         unknown = wanted - {kind for kind, _ in attacks}
         if unknown:
             ap.error(f"--only: no attacker row {', '.join(sorted(unknown))}")
         attacks = [(kind, conns) for kind, conns in attacks if kind in wanted]
+    rows: list[dict[str, object]] = []
+    route = "through nginx (deploy/nginx/bcetune.conf)" if a.proxy else "to the bare service"
     print(f"victim: wrk -t2 -c{VICTIM_CONNECTIONS} {a.seconds} s on POST /tiling; attacker from {ATTACKER_ADDRESS}; "
-          "a fresh server for every row")  # fmt: skip
+          f"every client {route}; a fresh server for every row")  # fmt: skip
     print(f"{'attacker':<22}{'victim mix':<11}{'served/s':>9}{'alone':>7}{'kept':>6}{'p99 ms':>8}{'alone':>7}"
-          f"{'non-200':>8}{'busy s':>7}{'GC max':>9}  attacker saw")  # fmt: skip
+          f"{'non-200':>8}{'busy s':>7}{'GC max':>9}{'RSS MiB':>8}  attacker saw")  # fmt: skip
     for mix in () if a.overload_only else ("cached", "distinct"):
         server, url, _ = fresh_server()
         try:
             alone = victim_run(url, mix)
         finally:
-            server.kill()
-            server.wait()
+            stop(server)
         for kind, conns in attacks:
             server, url, port = fresh_server()
             try:
@@ -325,19 +378,26 @@ def main() -> int:
                 time.sleep(1.0)  # the attack is under way when the victim starts
                 r = victim_run(url, mix)
                 seen = json.loads(attacker.communicate(timeout=120)[0] or "{}")
-                busy = settle(url)  # what the attack left behind, still running
-                gc_max = gc_pause_max(url)
+                rss = rss_mib(server.pid)
+                busy = settle(server.direct_url)  # type: ignore[attr-defined]  # what the attack left, still running
+                gc_max = gc_pause_max(server.direct_url)  # type: ignore[attr-defined]
             finally:
-                server.kill()  # a server still busy with what an attack left does not stop on a TERM in time
-                server.wait()
+                stop(server)
             kept = r["served"] / alone["served"] if alone["served"] else 0.0
             busy_text = f"{busy:.1f}" if busy < 59 else ">60"
+            rows.append({"attacker": kind, "conns": conns, "mix": mix, "served": r["served"], "alone": alone["served"],
+                         "kept": kept, "p99_ms": r["p99_ms"], "non2xx": r["non2xx"], "busy_s": busy, "rss_mib": rss,
+                         "attacker_saw": seen, "proxy": a.proxy})  # fmt: skip
             print(f"{f'{conns} x {kind}':<22}{mix:<11}{r['served']:>9.0f}{alone['served']:>7.0f}{100 * kept:>5.0f}%"
-                  f"{r['p99_ms']:>8.2f}{alone['p99_ms']:>7.2f}{r['non2xx']:>8.0f}{busy_text:>7}{gc_max:>9}  {seen}",
-                  flush=True)  # fmt: skip
+                  f"{r['p99_ms']:>8.2f}{alone['p99_ms']:>7.2f}{r['non2xx']:>8.0f}{busy_text:>7}{gc_max:>9}{rss:>8.0f}"
+                  f"  {seen}", flush=True)  # fmt: skip
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
     if a.only:
         return 0
-    server, url, _ = fresh_server()
+    # 1,000 clients' stand-in from one address: the bare service's per-address limits lifted for it (through
+    # nginx they hold: one address's 1,000 connections get its limit_conn)
+    server, url, _ = fresh_server("--per-address-connections", "0", "--per-address-requests", "0")
     try:
         for mix in ("cached", "distinct"):
             bodies = cached if mix == "cached" else distinct[used:]
@@ -349,11 +409,15 @@ def main() -> int:
                   f"Retry-After honoured): served p50 {probed['p50_ms']} ms, p99 {probed['p99_ms']} ms, "
                   f"max {probed['max_ms']} ms, answers {probed['answers']}; server RSS {rss:.0f} MiB",
                   flush=True)  # fmt: skip
-        print(f"longest GC pause of the serving process (the overload runs): {gc_pause_max(url)}")
+        print(f"longest GC pause of the serving process (the overload runs): {gc_pause_max(server.direct_url)}")  # type: ignore[attr-defined]
     finally:
-        server.kill()
-        server.wait()
+        stop(server)
     return 0
+
+
+def rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return int(next(x.split()[1] for x in status if x.startswith("VmRSS"))) / 1024
 
 
 if __name__ == "__main__":

@@ -275,10 +275,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._address = host
             shared.connections_of[host] += 1
             if 0 < shared.per_address_connections < shared.connections_of[host]:
+                # answered at once, closed a random 0.5-1 s later: a client that reconnects at once would
+                # otherwise spin on refusals (measured: 6,000 a second from 400 connections); meanwhile it is
+                # not counted against the connection cap (it reads nothing, and its answer is written)
                 msg = f"this address has {shared.per_address_connections} connections open already"
                 self._refused = True
+                shared.closing.add(self)
+                transport.pause_reading()
                 transport.write(_answer(503, msg, close=True, retry_after=RETRY_AFTER_S))
-                self._close()
+                self._held = self.loop.call_later(RETRY_AFTER_S * random.uniform(0.5, 1.0), self._close)
                 return
         shared.idle[self] = time.monotonic()
         self._arm()  # a connection that never sends a request is cut off too
