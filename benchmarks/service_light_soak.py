@@ -83,9 +83,11 @@ def main() -> int:
             proxy.terminate()
         server.terminate()
         server.wait()
-    total = sum(seen.values())
-    print(f"{total} requests over {(time.monotonic() - start) / 60:.1f} min ({'through nginx' if a.proxy else 'bare'}): "
-          f"{total - len(bad)} answered 200, {len(bad)} not; by kind and status: {dict(sorted(seen.items()))}")  # fmt: skip
+    total, route = sum(seen.values()), "through nginx" if a.proxy else "bare"
+    print(
+        f"{total} requests over {(time.monotonic() - start) / 60:.1f} min ({route}): {total - len(bad)} answered "
+        f"200, {len(bad)} not; by kind and status: {dict(sorted(seen.items()))}"
+    )
     return 1 if bad else 0
 
 
