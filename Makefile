@@ -42,7 +42,7 @@ test: $(STAMP)
 
 # The quick suites (a few minutes): no kernel sweeps, CANN compile checks, browser, container or database.
 # For a change that touches no kernel, op_host or container code; make test before a merge.
-FAST_MARKERS := not kernel_sweep and not toolchain and not browser and not container and not database
+FAST_MARKERS := not kernel_sweep and not toolchain and not browser and not container and not database and not proxy
 test-fast: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy

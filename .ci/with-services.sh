@@ -59,12 +59,22 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
             chromium chromium-driver; } >&2 || echo "warning: Chromium did not install; the browser test will skip" >&2
     fi
 fi
+# nginx (the production proxy, deploy/nginx) and wrk (the attack benchmark's victim) for the proxy tests
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] || ! command -v wrk >/dev/null; then
+    if [ "$(id -u)" = "0" ] && [ "${CI:-}" = "true" ] && [ "${BCETUNE_SERVICES:-auto}" != "none" ]; then
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            nginx-light wrk; } >&2 || echo "warning: nginx or wrk did not install; the proxy tests will skip" >&2
+    fi
+fi
 # what the optional suites will do, before the long run starts
 say() { echo "with-services: $*" >&2; }
 if [ -n "${BCETUNE_TEST_POSTGRES:-}" ]; then say "database tests: run (PostgreSQL)"
 else say "database tests: skip (no PostgreSQL: needs root and Debian's postgresql, or BCETUNE_SERVICES=none)"; fi
 if [ -n "${BCETUNE_TEST_DOCKER:-}" ]; then say "container tests: run (Docker)"
 else say "container tests: skip (no Docker: needs root, docker.io and debootstrap, or BCETUNE_SERVICES=none)"; fi
+if { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; } && command -v wrk >/dev/null; then
+    say "proxy tests: run (nginx, wrk)"
+else say "proxy tests: skip (no Debian nginx-light + wrk; CI=true installs them as root)"; fi
 if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then say "browser tests: run (Chromium)"
 else say "browser tests: skip (no Debian chromium + chromium-driver; CI=true installs them as root)"; fi
 toolchain="${BCETUNE_CANN_TOOLCHAIN:-$(pwd)/../shared/toolchain/cann-8.5.0}"

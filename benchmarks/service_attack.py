@@ -305,6 +305,7 @@ def main() -> int:
     ap.add_argument("--max-connections", type=int, default=1000, help="the server's connection cap")
     ap.add_argument("--proxy", action="store_true", help="every client through nginx (deploy/nginx/bcetune.conf)")
     ap.add_argument("--json", type=Path, help="also write every row's figures here")
+    ap.add_argument("--mix", choices=["cached", "distinct", "both"], default="both", help="the victim's mixes")
     a = ap.parse_args()
     if a.probe:  # the served-latency probe process
         print(json.dumps(asyncio.run(probe(a.port, json.loads(Path(a.probe).read_text()), a.seconds))))
@@ -365,7 +366,8 @@ def main() -> int:
           f"every client {route}; a fresh server for every row")  # fmt: skip
     print(f"{'attacker':<22}{'victim mix':<11}{'served/s':>9}{'alone':>7}{'kept':>6}{'p99 ms':>8}{'alone':>7}"
           f"{'non-200':>8}{'busy s':>7}{'GC max':>9}{'RSS MiB':>8}  attacker saw")  # fmt: skip
-    for mix in () if a.overload_only else ("cached", "distinct"):
+    mixes = ("cached", "distinct") if a.mix == "both" else (a.mix,)
+    for mix in () if a.overload_only else mixes:
         server, url, _ = fresh_server()
         try:
             alone = victim_run(url, mix)
