@@ -36,7 +36,6 @@ class Shedder:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests in flight per process (BCETUNE_MAX_ACTIVE)
     _above_since: float | None = field(default=None, init=False)  # start of the current run of long waits
     _last_start: float = field(default=-math.inf, init=False)
-    refused: int = field(default=0, init=False)
 
     def started(self, now: float, waited_s: float) -> None:
         """A request starts at ``now`` having waited ``waited_s`` since it arrived."""
@@ -55,10 +54,8 @@ class Shedder:
     def refusal(self, now: float, in_flight: int) -> str | None:
         """Why a request arriving at ``now`` with ``in_flight`` others in flight is refused; None: admitted."""
         if in_flight >= self.max_in_flight:
-            self.refused += 1
             return f"the server has {self.max_in_flight} requests in progress; retry shortly"
         if in_flight > 0 and self.standing_queue(now):
-            self.refused += 1
             return (
                 f"requests have waited over {self.target_s:g} s to start for {self.interval_s:g} s at least; "
                 "retry shortly"
