@@ -60,9 +60,12 @@ RETRY_AFTER_S = 1  # a refusal's Retry-After, and how long its connection's read
 MIN_IDLE_S = 1.0  # what an idle connection must have been idle for to be closed for another's request
 EXPENSIVE_PREFIX = "/tiling/"  # batches, explanations, pictures (service.scheduler admits them)
 QUEUED_AT = "bcetune.queued_at"  # scope key: when the request's task was made (its wait is measured from it)
+HOLD = "bcetune.hold"  # scope key: holds the connection's reads after a refusal
 
 _REASONS = {408: b"Request Timeout", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
             503: b"Service Unavailable"}  # fmt: skip
+
+_REFUSAL_HEADERS = [(b"content-type", b"application/json"), (b"retry-after", b"%d" % RETRY_AFTER_S)]
 
 _REFUSED = types.SimpleNamespace(
     response_complete=True, keep_alive=True, disconnected=False, message_event=types.SimpleNamespace(set=lambda: None)
@@ -121,7 +124,15 @@ class _Server:
                 queued = scope.get(QUEUED_AT)
                 if queued is not None:
                     now = clock()
-                    shedder.started(now, now - queued)
+                    if shedder.started(now, now - queued):  # waited past the target in a standing queue
+                        waited = f"{now - queued:.2f} s to start (over {shedder.target_s:g} s)"
+                        msg = f"the request waited {waited}; retry shortly"
+                        body = _error_body(503, msg)
+                        headers = [*_REFUSAL_HEADERS, (b"content-length", b"%d" % len(body))]
+                        await send({"type": "http.response.start", "status": 503, "headers": headers})
+                        await send({"type": "http.response.body", "body": body})
+                        scope[HOLD]()  # its body unread (dropped), its connection's reads held
+                        return
                 await app(scope, receive, send)
 
             self._observed[id(app)] = wrapped
@@ -279,6 +290,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 # otherwise spin on refusals (measured: 6,000 a second from 400 connections); meanwhile it is
                 # not counted against the connection cap (it reads nothing, and its answer is written)
                 msg = f"this address has {shared.per_address_connections} connections open already"
+                _decrement(shared.connections_of, host)  # refused: not one of the address's connections
+                self._address = ""
                 self._refused = True
                 shared.closing.add(self)
                 transport.pause_reading()
@@ -398,6 +411,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         cycle.scope[QUEUED_AT] = time.monotonic()  # its wait from now to its start is what shedding judges
+        cycle.scope[HOLD] = self._hold_after_refusal
         super()._start_asgi_task(cycle, app)
 
     def _refuse_kept(self, status: int, msg: str) -> None:

@@ -8,12 +8,15 @@ their first step on the event loop) and when. A request arriving is refused only
 - a **standing queue** is seen: every request that started for at least ``interval_s`` waited more than
   ``target_s``, and the latest of them started less than ``interval_s`` ago.
 
-A burst is not a standing queue (its first requests start at once: the run of waits over the target is
-broken); an idle server admits (nothing in flight: the request starts at once; and nothing started within
-``interval_s``: the evidence has expired). Refusals start nothing, so while refusing the state can only
-age: it cannot lock itself shut, whatever the traffic before (tests/service/test_shedding.py drives this
-state machine through idle gaps, bursts and recoveries with hypothesis). The rule replaces an estimated
-drain rate, which idle gaps drove towards zero and which, once it refused everything, was never updated.
+A request admitted at its arrival is refused at its start too where it waited over the target while
+such a queue stands (CoDel's drop at dequeue), before its body is read: what is served has waited at most
+about ``target_s + interval_s``. A burst is not a standing queue (its first requests start at once: the
+run of waits over the target is broken). An idle server admits: nothing in flight, the request starts at
+once; nothing started within ``interval_s``, the evidence has expired. While arrivals are refused nothing
+new is admitted, so the queue drains, starts stop and the state can only age: it cannot lock itself shut,
+whatever the traffic before (tests/service/test_shedding.py drives it through idle gaps, bursts and
+recoveries with hypothesis). The rule replaces an estimated drain rate, which idle gaps drove towards
+zero and which, once it refused everything, was never updated.
 
 The state machine is pure (times are given, nothing is read from a clock) so that its properties can be
 checked exhaustively; ``service.http`` feeds it.
@@ -37,13 +40,16 @@ class Shedder:
     _above_since: float | None = field(default=None, init=False)  # start of the current run of long waits
     _last_start: float = field(default=-math.inf, init=False)
 
-    def started(self, now: float, waited_s: float) -> None:
-        """A request starts at ``now`` having waited ``waited_s`` since it arrived."""
+    def started(self, now: float, waited_s: float) -> bool:
+        """A request starts at ``now`` having waited ``waited_s`` since it arrived. True: it is refused
+        now, at its start (CoDel's drop at dequeue): it waited over the target in a standing queue."""
         self._last_start = max(self._last_start, now)
         if waited_s <= self.target_s:
             self._above_since = None
-        elif self._above_since is None:
+            return False
+        if self._above_since is None:
             self._above_since = now
+        return self.standing_queue(now)
 
     def standing_queue(self, now: float) -> bool:
         """Waits have stayed over the target for an interval, and the latest is fresh."""
