@@ -118,14 +118,18 @@ bench-tiling-cpp:
 
 # Service load (wrk from Debian packages): cold (distinct requests) and warm (cache) beside a trivial POST.
 bench-service: $(STAMP)
-	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	command -v wrk >/dev/null && command -v nginx >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk nginx-light)
 	$(PY) benchmarks/service_load.py
 	$(PY) benchmarks/service_attack.py
+	$(PY) benchmarks/service_attack.py --proxy
+	$(PY) benchmarks/service_memory.py
 
-# Minutes of load while the tables are rewritten and reloaded: no failed request, no wrong answer.
+# Minutes of load while the tables are rewritten and reloaded: no failed request, no wrong answer; then ten
+# minutes of light traffic (a request every 1-10 s) on a fresh server: every answer a 200.
 soak-service: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) benchmarks/service_soak.py
+	$(PY) benchmarks/service_light_soak.py --minutes 10
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
