@@ -142,6 +142,14 @@ def test_what_expensive_requests_do_on_the_loop_is_charged_from_admission(tmp_pa
         assert r.status_code == 200 and "explain" in r.json()
         # the loop before the worker, the worker's CPU, the loop after it
         assert len(charged) == 3 and all(s > 0 for s in charged), charged
+        charged.clear()
+        refused = [{"shape": [1 << 30, 16], "dtype": "float32"}] + [one] * 255  # refused at its first item
+        started = time.perf_counter()
+        r = client.post("/tiling/batch", json={"requests": refused})
+        took = time.perf_counter() - started
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][:3] == ["body", "requests", 0]
+        # its 256 items' parse, paid before the refusal went out (refusals skipped the share before)
+        assert len(charged) == 1 and 0 < charged[0] <= took, (charged, took)
 
 
 def test_a_jobs_cpu_time_in_its_worker_is_charged_to_the_share_while_others_are_in_flight() -> None:
