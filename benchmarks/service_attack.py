@@ -66,7 +66,9 @@ end
 statuses = {}
 function response(status, headers, body)
   local key = tostring(status)
-  if status ~= 200 and headers["retry-after"] == nil then key = key .. " without Retry-After" end
+  if status ~= 200 and headers["retry-after"] == nil and headers["Retry-After"] == nil then
+    key = key .. " without Retry-After"
+  end
   statuses[key] = (statuses[key] or 0) + 1
 end
 function done(summary, latency, requests)
@@ -317,7 +319,7 @@ def main() -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # the attacker's 1,000 connections
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
     cached = [json.dumps({"shape": s, "dtype": d, "reduction": r}) for s, d, r in SHAPES]
-    distinct = cold_bodies(200_000, seed=7)
+    distinct = cold_bodies(400_000, seed=7)
 
     proxies: list[subprocess.Popen] = []
 
@@ -346,7 +348,7 @@ def main() -> int:
     def victim_run(url: str, mix: str) -> dict[str, float]:
         """The victim's figures; ``served`` counts its 200s a second (a fast 503 is not throughput)."""
         nonlocal used
-        bodies = cached if mix == "cached" else distinct[used:]
+        bodies = cached if mix == "cached" else distinct[used % len(distinct) :] + distinct[: used % len(distinct)]
         r = victim(url, bodies, a.seconds)
         if mix == "distinct":
             used += int(r["requests"])
@@ -402,7 +404,7 @@ def main() -> int:
     server, url, _ = fresh_server("--per-address-connections", "0", "--per-address-requests", "0")
     try:
         for mix in ("cached", "distinct"):
-            bodies = cached if mix == "cached" else distinct[used:]
+            bodies = cached if mix == "cached" else distinct[used % len(distinct) :] + distinct[: used % len(distinct)]
             r, statuses, rss, probed = overload(url, bodies, 30, server.pid)
             used += int(r["requests"]) if mix == "distinct" else 0
             print(f"1,000 connections for 30 s, {mix} mix: wrk (996 connections, Retry-After ignored) "
