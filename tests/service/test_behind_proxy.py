@@ -91,7 +91,7 @@ def test_a_clients_own_forwarded_header_is_replaced_by_its_address(proxied: Prox
     assert asyncio.run(two()) == [[200, 200], [200, 200]]
 
 
-def test_one_address_past_its_connections_gets_the_proxys_429_with_retry_after(proxied: Proxied) -> None:
+def test_one_address_past_its_limits_gets_the_proxys_429_with_retry_after(proxied: Proxied) -> None:
     async def flood() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=200)) as c:
             return await asyncio.gather(
