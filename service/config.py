@@ -40,7 +40,7 @@ class Settings:
     heavy_workers: int = 1  # worker processes for explanations and pictures (service.scheduler)
     per_client: int = 4  # explanations, pictures and batches one client address may have in flight; past it: 429
     max_queued: int = 32  # explanations and pictures waiting for a worker; past it: 503
-    heavy_share: float = 0.2  # of a core: what batches, explanations and pictures get while others wait
+    heavy_share: float = 0.1  # of a core: what batches, explanations and pictures get while others wait
 
     @classmethod
     def from_env(cls) -> Settings:

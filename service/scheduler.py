@@ -95,7 +95,7 @@ class Scheduler:
     workers: int = 1
     per_client: int = 4  # the explorer's one view: its four pictures at once
     max_queued: int = 32
-    heavy_share: float = 0.2
+    heavy_share: float = 0.1
     on_job: Callable[[str], None] | None = None  # told each job's outcome: done, cancelled, failed
     _pool: concurrent.futures.ProcessPoolExecutor | None = field(default=None, init=False, repr=False)
     _queues: OrderedDict[str, deque[_Job]] = field(default_factory=OrderedDict, init=False, repr=False)
