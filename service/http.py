@@ -112,30 +112,30 @@ class _Server:
         self.idle: OrderedDict[GuardedHttpToolsProtocol, float] = OrderedDict()
         # connections closed whose connection_lost has not come yet: not counted against the cap
         self.closing: set[GuardedHttpToolsProtocol] = set()
-        self._observed: dict[int, Callable[..., Any]] = {}
+        self._observed: tuple[Any, Callable[..., Any]] | None = None  # (the app, it wrapped): uvicorn has one
 
     def observed(self, app: Any) -> Any:
         """``app`` telling the shedder when each request starts and how long it waited (one wrapper)."""
-        wrapped = self._observed.get(id(app))
-        if wrapped is None:
-            shedder, clock = self.shedder, time.monotonic
+        if self._observed is not None and self._observed[0] is app:
+            return self._observed[1]
+        shedder, clock = self.shedder, time.monotonic
 
-            async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-                queued = scope.get(QUEUED_AT)
-                if queued is not None:
-                    now = clock()
-                    if shedder.started(now, now - queued):  # waited past the target in a standing queue
-                        waited = f"{now - queued:.2f} s to start (over {shedder.target_s:g} s)"
-                        msg = f"the request waited {waited}; retry shortly"
-                        body = _error_body(503, msg)
-                        headers = [*_REFUSAL_HEADERS, (b"content-length", b"%d" % len(body))]
-                        await send({"type": "http.response.start", "status": 503, "headers": headers})
-                        await send({"type": "http.response.body", "body": body})
-                        scope[HOLD]()  # its body unread (dropped), its connection's reads held
-                        return
-                await app(scope, receive, send)
+        async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+            queued = scope.get(QUEUED_AT)
+            if queued is not None:
+                now = clock()
+                if shedder.started(now, now - queued):  # waited past the target in a standing queue
+                    waited = f"{now - queued:.2f} s to start (over {shedder.target_s:g} s)"
+                    msg = f"the request waited {waited}; retry shortly"
+                    body = _error_body(503, msg)
+                    headers = [*_REFUSAL_HEADERS, (b"content-length", b"%d" % len(body))]
+                    await send({"type": "http.response.start", "status": 503, "headers": headers})
+                    await send({"type": "http.response.body", "body": body})
+                    scope[HOLD]()  # its body unread (dropped), its connection's reads held
+                    return
+            await app(scope, receive, send)
 
-            self._observed[id(app)] = wrapped
+        self._observed = (app, wrapped)
         return wrapped
 
 

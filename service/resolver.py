@@ -51,7 +51,7 @@ class Refusal:
 
     def error_again(self) -> BadRequest | InvalidTiling:
         """The refusal as a fresh exception (no traceback, no frames), as the routes answer it."""
-        if self.error is InvalidTiling or issubclass(self.error, InvalidTiling):
+        if issubclass(self.error, InvalidTiling):
             return self.error(self.message, orjson.loads(self.violations), self.field)
         return self.error(self.message, self.field)
 

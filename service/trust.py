@@ -13,7 +13,6 @@ class TrustedProxies:
         items = [s.strip() for s in spec.split(",") if s.strip()]
         self.everyone = "*" in items
         self.networks = [ipaddress.ip_network(s, strict=False) for s in items if s != "*"]
-        self.spec = ",".join(items)
 
     def __bool__(self) -> bool:
         return self.everyone or bool(self.networks)
