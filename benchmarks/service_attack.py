@@ -12,6 +12,12 @@ with the victim alone in the same process run; the targets: the victim keeps >= 
 and its p99 stays under 50 ms. ``--proxy``: every client goes through nginx (deploy/nginx/bcetune.conf,
 the production deployment) in front of the service, which believes its X-Forwarded-For.
 
+``--pin`` (the default on a host of 2 or more CPUs): the server side (the service, its worker, nginx) runs on
+CPU 0 and every client (victim, attacker, probe) on the others, the attacker at nice 19, as if each had a
+host of its own: the figure then measures the server's defences, not contention for one host's cores (an
+attacker's own CPU is its own machine's; its row's "attacker saw" shows what it still sent). ``--no-pin``
+shares every core at one priority, as the earlier runs did.
+
 Run: ``make bench-service`` (after the load benchmark) or ``python benchmarks/service_attack.py [--proxy]``.
 Prints what it measured; asserts nothing (the machine is shared and noisy). ``--json FILE`` also writes
 every row's figures (the proxy test reads them).
@@ -21,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import random
 import re
 import resource
@@ -30,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -232,8 +241,10 @@ async def _connection(kind: str, host: str, port: int, seed: int, until: float, 
                 while time.monotonic() < until:
                     if kind == "slow-body":
                         writer.write(b" ")
+                    left = max(0.01, until - time.monotonic())  # a byte a second, or one wait to the end
                     try:
-                        got = await asyncio.wait_for(reader.read(65536), min(1.0, max(0.01, until - time.monotonic())))
+                        wait = min(1.0, left) if kind == "slow-body" else left
+                        got = await asyncio.wait_for(reader.read(65536), wait)
                     except TimeoutError:
                         continue
                     if not got:
@@ -269,10 +280,12 @@ async def attack(kind: str, conns: int, seconds: float, port: int) -> Counter:
     return seen
 
 
-def start_attacker(kind: str, conns: int, seconds: float, port: int) -> subprocess.Popen[str]:
+def start_attacker(kind: str, conns: int, seconds: float, port: int, niced: bool) -> subprocess.Popen[str]:
+    """The attacker's process; ``niced``: at nice 19, so that on the clients' CPU it takes what the victim's
+    wrk leaves (as on a machine of its own) instead of slowing the victim's client."""
     return subprocess.Popen(
         [sys.executable, __file__, "--attack", kind, "--conns", str(conns), "--seconds", str(seconds), "--port",
-         str(port)], stdout=subprocess.PIPE, text=True,
+         str(port)], stdout=subprocess.PIPE, text=True, preexec_fn=(lambda: os.nice(19)) if niced else None,
     )  # fmt: skip
 
 
@@ -292,6 +305,29 @@ def settle(url: str, limit_s: float = 60) -> float:
     return max(0.0, time.monotonic() - start - 0.15)
 
 
+@contextlib.contextmanager
+def on_cpus(cpus: set[int] | None) -> Iterator[None]:
+    """Processes started inside run on ``cpus`` (they inherit this process's affinity at fork); None: as
+    they are."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def cpu_split(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(server CPUs, client CPUs): the first CPU and the rest, or (None, None) unpinned or on one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return None, None
+    return {cpus[0]}, set(cpus[1:])
+
+
 # --- the run -----------------------------------------------------------------------------------------
 
 
@@ -308,6 +344,8 @@ def main() -> int:
     ap.add_argument("--proxy", action="store_true", help="every client through nginx (deploy/nginx/bcetune.conf)")
     ap.add_argument("--json", type=Path, help="also write every row's figures here")
     ap.add_argument("--mix", choices=["cached", "distinct", "both"], default="both", help="the victim's mixes")
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="server side on CPU 0, clients on the other CPUs (default; needs 2 or more)")  # fmt: skip
     a = ap.parse_args()
     if a.probe:  # the served-latency probe process
         print(json.dumps(asyncio.run(probe(a.port, json.loads(Path(a.probe).read_text()), a.seconds))))
@@ -322,15 +360,20 @@ def main() -> int:
     distinct = cold_bodies(400_000, seed=7)
 
     proxies: list[subprocess.Popen] = []
+    server_cpus, client_cpus = cpu_split(a.pin)
+    if client_cpus is not None:
+        os.sched_setaffinity(0, client_cpus)  # this process and what it starts: the clients
 
     def fresh_server(*extra: str) -> tuple[subprocess.Popen, str, int]:
         """A new service (and, with --proxy, nginx before it); the URL and port clients use."""
         args = ["--workers", "1", "--max-connections", str(a.max_connections), *extra]
-        server, url = start_server([*args, "--forwarded-allow-ips", "127.0.0.1"] if a.proxy else args)
+        with on_cpus(server_cpus):
+            server, url = start_server([*args, "--forwarded-allow-ips", "127.0.0.1"] if a.proxy else args)
         server.direct_url = url  # type: ignore[attr-defined]  # its own /metrics and /healthz
         if a.proxy:
             listen = free_port()
-            proxies.append(run_proxy.start(listen, int(url.rsplit(":", 1)[1]), Path(tempfile.mkdtemp())))
+            with on_cpus(server_cpus):
+                proxies.append(run_proxy.start(listen, int(url.rsplit(":", 1)[1]), Path(tempfile.mkdtemp())))
             url = f"http://127.0.0.1:{listen}"
         for b in cached:  # answered once: from here on the cached mix is cache hits
             httpx.post(url + "/tiling", content=b, headers={"content-type": "application/json"})
@@ -364,8 +407,10 @@ def main() -> int:
         attacks = [(kind, conns) for kind, conns in attacks if kind in wanted]
     rows: list[dict[str, object]] = []
     route = "through nginx (deploy/nginx/bcetune.conf)" if a.proxy else "to the bare service"
+    cpus = (f"server side on CPU {sorted(server_cpus)}, clients on {sorted(client_cpus)}" if server_cpus and client_cpus
+            else "every process on every CPU")  # fmt: skip
     print(f"victim: wrk -t2 -c{VICTIM_CONNECTIONS} {a.seconds} s on POST /tiling; attacker from {ATTACKER_ADDRESS}; "
-          f"every client {route}; a fresh server for every row")  # fmt: skip
+          f"every client {route}; a fresh server for every row; {cpus}")  # fmt: skip
     print(f"{'attacker':<22}{'victim mix':<11}{'served/s':>9}{'alone':>7}{'kept':>6}{'p99 ms':>8}{'alone':>7}"
           f"{'non-200':>8}{'busy s':>7}{'GC max':>9}{'RSS MiB':>8}  attacker saw")  # fmt: skip
     mixes = ("cached", "distinct") if a.mix == "both" else (a.mix,)
@@ -378,7 +423,7 @@ def main() -> int:
         for kind, conns in attacks:
             server, url, port = fresh_server()
             try:
-                attacker = start_attacker(kind, conns, a.seconds + 1, port)
+                attacker = start_attacker(kind, conns, a.seconds + 1, port, niced=client_cpus is not None)
                 time.sleep(1.0)  # the attack is under way when the victim starts
                 r = victim_run(url, mix)
                 seen = json.loads(attacker.communicate(timeout=120)[0] or "{}")
@@ -391,7 +436,7 @@ def main() -> int:
             busy_text = f"{busy:.1f}" if busy < 59 else ">60"
             rows.append({"attacker": kind, "conns": conns, "mix": mix, "served": r["served"], "alone": alone["served"],
                          "kept": kept, "p99_ms": r["p99_ms"], "non2xx": r["non2xx"], "busy_s": busy, "rss_mib": rss,
-                         "attacker_saw": seen, "proxy": a.proxy})  # fmt: skip
+                         "attacker_saw": seen, "proxy": a.proxy, "pinned": server_cpus is not None})  # fmt: skip
             print(f"{f'{conns} x {kind}':<22}{mix:<11}{r['served']:>9.0f}{alone['served']:>7.0f}{100 * kept:>5.0f}%"
                   f"{r['p99_ms']:>8.2f}{alone['p99_ms']:>7.2f}{r['non2xx']:>8.0f}{busy_text:>7}{gc_max:>9}{rss:>8.0f}"
                   f"  {seen}", flush=True)  # fmt: skip

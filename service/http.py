@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import socket
 import struct
@@ -48,22 +47,21 @@ import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.shedding import DEFAULT_INTERVAL_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TARGET_S, Shedder
+from service.config import Settings
+from service.limits import too_large
+from service.shedding import Shedder
 from service.trust import TrustedProxies
 
-DEFAULT_MAX_HEADER_BYTES = 16384
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
-DEFAULT_SEND_TIMEOUT_S = 10.0
-DEFAULT_PER_ADDRESS_CONNECTIONS = 256
-DEFAULT_PER_ADDRESS_REQUESTS = 128
 RETRY_AFTER_S = 1  # a refusal's Retry-After, and how long its connection's reads are held at most
+CONNECTIONS_RETRY_AFTER_S = 5  # an address past its connections: its next one is not due sooner
+MAX_LINGERING = 1024  # refused connections held before their close at once; past it they close at once
 MIN_IDLE_S = 1.0  # what an idle connection must have been idle for to be closed for another's request
 EXPENSIVE_PREFIX = "/tiling/"  # batches, explanations, pictures (service.scheduler admits them)
 QUEUED_AT = "bcetune.queued_at"  # scope key: when the request's task was made (its wait is measured from it)
 HOLD = "bcetune.hold"  # scope key: holds the connection's reads after a refusal
 
-_REASONS = {408: b"Request Timeout", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
-            503: b"Service Unavailable"}  # fmt: skip
+_REASONS = {408: b"Request Timeout", 413: b"Content Too Large", 429: b"Too Many Requests",
+            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}  # fmt: skip
 
 _REFUSAL_HEADERS = [(b"content-type", b"application/json"), (b"retry-after", b"%d" % RETRY_AFTER_S)]
 
@@ -79,8 +77,8 @@ def _error_body(status: int, msg: str) -> bytes:
     return orjson.dumps({"detail": [{"loc": [], "msg": msg, "type": f"http_{status}"}]})
 
 
-def _answer(status: int, msg: str, close: bool, retry_after: int | None = None) -> bytes:
-    body = _error_body(status, msg)
+def _answer(status: int, msg: str, close: bool, retry_after: int | None = None, body: bytes = b"") -> bytes:
+    body = body or _error_body(status, msg)
     head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]), b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body)]  # fmt: skip
     if close:
@@ -94,18 +92,16 @@ class _Server:
     """What the connections of one server share: its shedder, per-address counts, idle connections."""
 
     def __init__(self) -> None:
-        env = os.environ
-        self.shedder = Shedder(
-            float(env.get("BCETUNE_SHED_WAIT", DEFAULT_TARGET_S)),
-            float(env.get("BCETUNE_SHED_INTERVAL", DEFAULT_INTERVAL_S)),
-            int(env.get("BCETUNE_MAX_ACTIVE", DEFAULT_MAX_IN_FLIGHT)),
-        )
-        self.trusted = TrustedProxies(env.get("BCETUNE_FORWARDED_ALLOW_IPS", ""))
-        self.max_header_bytes = int(env.get("BCETUNE_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES))
-        self.request_timeout_s = float(env.get("BCETUNE_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S))
-        self.send_timeout_s = float(env.get("BCETUNE_SEND_TIMEOUT", DEFAULT_SEND_TIMEOUT_S))
-        self.per_address_connections = int(env.get("BCETUNE_PER_ADDRESS_CONNECTIONS", DEFAULT_PER_ADDRESS_CONNECTIONS))
-        self.per_address_requests = int(env.get("BCETUNE_PER_ADDRESS_REQUESTS", DEFAULT_PER_ADDRESS_REQUESTS))
+        settings = Settings.from_env()  # python -m service sets BCETUNE_* for every worker
+        self.shedder = Shedder(settings.shed_wait_s, settings.shed_interval_s, settings.max_active)
+        self.trusted = TrustedProxies(settings.forwarded_allow_ips)
+        self.max_header_bytes = settings.max_header_bytes
+        self.max_body_bytes = settings.max_body_bytes
+        self.request_timeout_s = settings.request_timeout_s
+        self.send_timeout_s = settings.send_timeout_s
+        self.per_address_connections = settings.per_address_connections
+        self.per_address_requests = settings.per_address_requests
+        self.lingering = 0  # refused connections held open before their close (at most MAX_LINGERING)
         self.connections_of: defaultdict[str, int] = defaultdict(int)
         self.requests_of: defaultdict[str, int] = defaultdict(int)
         # the server's idle connections, longest idle first (O(1) to evict)
@@ -148,9 +144,10 @@ def _decrement(counts: defaultdict[str, int], key: str) -> None:
 
 
 class _Refuse(Exception):
-    def __init__(self, status: int, msg: str) -> None:
+    def __init__(self, status: int, msg: str, body: bytes = b"") -> None:
         super().__init__(msg)
         self.status = status
+        self.body = body  # the answer's body where it is not the protocol's own error shape
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -175,6 +172,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._complete = True  # the last request begun has arrived whole
         self._address = ""  # the peer, where per-address limits apply ("" for a trusted proxy)
         self._requesting = False  # counted in requests_of[address]
+        self._lingering = False  # counted in shared.lingering until its connection_lost
 
     # counts --------------------------------------------------------------------------------------
     def _request_begun(self) -> None:
@@ -266,16 +264,34 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.shared.closing.add(self)
         self.transport.close()
 
-    def _refuse(self, status: int, msg: str, retry_after: int | None = None) -> None:
+    def _refuse(self, status: int, msg: str, retry_after: int | None = None, body: bytes = b"") -> None:
         """Answer ``status`` and close the connection: after the answers to the requests before it on the
         connection (pipelined), in order."""
         self._refused = True
         self._disarm()
-        payload = _answer(status, msg, close=True, retry_after=retry_after)
+        payload = _answer(status, msg, close=True, retry_after=retry_after, body=body)
         if self._busy():
             self._deferred = payload  # nothing more is read: _refused drops what arrives
         else:
             self._write_and_close(payload)
+
+    def _linger(self, payload: bytes, retry_after_s: float) -> None:
+        """Write ``payload`` (a refusal closing the connection), read nothing more, and close the connection a
+        random 0.5-1 of ``retry_after_s`` later: a client that reconnects at once
+        waits in its own socket meanwhile, and one that sent more than is read (a body refused unread) reads
+        its answer before the close resets the connection. At most MAX_LINGERING at once (each holds a
+        descriptor); past it the connection closes at once."""
+        self._refused = True
+        self._disarm()
+        self.shared.closing.add(self)
+        self.transport.pause_reading()
+        self.transport.write(payload)
+        if self.shared.lingering >= MAX_LINGERING:
+            self.transport.close()
+            return
+        self.shared.lingering += 1
+        self._lingering = True
+        self._held = self.loop.call_later(retry_after_s * random.uniform(0.5, 1.0), self.transport.close)
 
     # protocol events ---------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -286,17 +302,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._address = host
             shared.connections_of[host] += 1
             if 0 < shared.per_address_connections < shared.connections_of[host]:
-                # answered at once, closed a random 0.5-1 s later: a client that reconnects at once would
+                # answered at once, closed 2.5-5 s later (_linger): a client that reconnects at once would
                 # otherwise spin on refusals (measured: 6,000 a second from 400 connections); meanwhile it is
                 # not counted against the connection cap (it reads nothing, and its answer is written)
                 msg = f"this address has {shared.per_address_connections} connections open already"
                 _decrement(shared.connections_of, host)  # refused: not one of the address's connections
                 self._address = ""
-                self._refused = True
-                shared.closing.add(self)
-                transport.pause_reading()
-                transport.write(_answer(503, msg, close=True, retry_after=RETRY_AFTER_S))
-                self._held = self.loop.call_later(RETRY_AFTER_S * random.uniform(0.5, 1.0), self._close)
+                retry_s = CONNECTIONS_RETRY_AFTER_S
+                self._linger(_answer(503, msg, close=True, retry_after=retry_s), retry_s)
                 return
         shared.idle[self] = time.monotonic()
         self._arm()  # a connection that never sends a request is cut off too
@@ -307,6 +320,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self._held = self._send_deadline = None
+        if self._lingering:
+            self._lingering = False
+            self.shared.lingering -= 1
         self._request_done()
         if self._address:
             _decrement(self.shared.connections_of, self._address)
@@ -346,8 +362,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         except httptools.HttpParserError as e:
             # httptools wraps an exception raised in a callback (ours: _Refuse) as this error's context
             refusal = e.__context__ if isinstance(e.__context__, _Refuse) else e.__cause__
-            if isinstance(refusal, _Refuse):
-                self._refuse(refusal.status, str(refusal), retry_after=RETRY_AFTER_S if refusal.status == 503 else None)
+            if isinstance(refusal, _Refuse) and refusal.status == 413 and not self._busy():
+                # its body stays unread: the answer first, the close later, so the client reads the answer
+                self._linger(_answer(413, str(refusal), close=True, body=refusal.body), RETRY_AFTER_S)
+            elif isinstance(refusal, _Refuse):
+                retry_after = RETRY_AFTER_S if refusal.status == 503 else None
+                self._refuse(refusal.status, str(refusal), retry_after=retry_after, body=refusal.body)
             else:
                 self.logger.warning("Invalid HTTP request received.")
                 self.send_400_response("Invalid HTTP request received.")
@@ -387,6 +407,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._headers_done = True
         shared = self.shared
+        length = next((value for name, value in self.headers if name == b"content-length"), b"")
+        if length.isdigit() and int(length) > shared.max_body_bytes:  # refused before its body is read
+            raise _Refuse(413, f"request body is over {shared.max_body_bytes} bytes", too_large(shared.max_body_bytes))
         cap = self.connection_cap
         at_cap = cap is not None and not self._served and len(self.connections) - len(shared.closing) >= cap
         if at_cap and not self._evict_idle():

@@ -9,21 +9,24 @@ import orjson
 Scope = dict[str, Any]
 
 
+def too_large(max_bytes: int) -> bytes:
+    """The 413's JSON body (the service's error shape); ``service.http`` writes the same one."""
+    return orjson.dumps(
+        {"detail": [{"loc": ["body"], "msg": f"request body is over {max_bytes} bytes", "type": "body_too_large"}]}
+    )
+
+
 class BodyLimit:
-    """Pure ASGI middleware: checks Content-Length, and counts streamed bytes when it is absent."""
+    """Pure ASGI middleware: checks Content-Length, and counts streamed bytes when it is absent. Under
+    ``service.http``'s protocol a Content-Length over the limit is refused before a task is made; this
+    check is what other servers (tests' ASGI transport, a plain uvicorn) and chunked bodies meet."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
     def _too_large(self) -> bytes:
-        return orjson.dumps(
-            {
-                "detail": [
-                    {"loc": ["body"], "msg": f"request body is over {self.max_bytes} bytes", "type": "body_too_large"}
-                ]
-            }
-        )
+        return too_large(self.max_bytes)
 
     async def _reject(self, send: Any) -> None:
         body = self._too_large()
