@@ -6,6 +6,9 @@ absence would otherwise leave open. Each is a fixed bound or a timer: nothing he
 
 - Header size: a request whose request line and headers pass ``max_header_bytes`` (16 KiB, h11's
   default) gets a 431 and the connection is closed. Per request: pipelined requests each have their own.
+- Body size: a Content-Length over ``max_body_bytes`` gets a 413 from its headers (no task, the body
+  never read) and the connection closes 0.5-1 s later (answers before the close are read, not reset).
+  Chunked bodies are counted by ``service.limits.BodyLimit``.
 - Request deadline: a request must arrive complete (headers and body) within ``request_timeout_s`` of
   the connection opening or of its first byte; a slow or silent client gets a 408 and is cut off.
 - Send deadline: a connection whose answers stay unread (the socket's buffer full) for ``send_timeout_s``
@@ -16,8 +19,9 @@ absence would otherwise leave open. Each is a fixed bound or a timer: nothing he
   connection closes after the answer (RFC 9110 lets a server ignore Upgrade).
 - Per address (the socket's peer; a proxy named in ``forwarded_allow_ips`` is exempt: it enforces its
   clients' limits itself): at most ``per_address_connections`` open connections (past it the new one
-  gets a 503 and is closed) and ``per_address_requests`` requests in progress, from their first byte
-  (a request still arriving counts) to their answer (past it: 429 with Retry-After).
+  gets a 503 with Retry-After 5 and is closed 2.5-5 s later, at most 1,024 such held at once) and
+  ``per_address_requests`` requests in progress, from their first byte (a request still arriving counts)
+  to their answer (past it: 429 with Retry-After).
 - Connection cap: at ``limit_concurrency`` open connections, a new connection's first request closes the
   connection idle longest, if for a second at least, and is served; where none is it gets a 503.
 - Shedding (``service.shedding``): past ``max_active`` requests in flight, or while a standing queue is

@@ -173,6 +173,7 @@ def test_an_address_past_its_connections_is_refused_and_another_is_not(tables: P
         extra.settimeout(5)
         answer = extra.recv(4096)
         assert answer.startswith(b"HTTP/1.1 503") and b"3 connections open already" in answer
+        assert b"retry-after: 5" in answer.lower()
         other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
         assert other.get(srv.url + "/healthz").status_code == 200
         other.close()
@@ -183,6 +184,23 @@ def test_an_address_past_its_connections_is_refused_and_another_is_not(tables: P
         for h in held:
             h.close()
         srv.stop()
+
+
+def test_a_body_over_the_limit_is_refused_from_its_headers_and_the_connection_closed_after(server: Server) -> None:
+    """Content-Length over --max-body, no body sent: the 413 comes at once (nothing waits for the body), and
+    the connection closes 0.5-1 s after it (not at once: the client reads its answer before any reset)."""
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(
+            b"POST /tiling HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n"
+        )
+        s.settimeout(5)
+        answer = s.recv(4096)
+        answered = time.monotonic()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower()
+        assert json.loads(body)["detail"][0]["type"] == "body_too_large"
+        assert s.recv(4096) == b""  # closed by the server
+        assert 0.4 < time.monotonic() - answered < 2.0
 
 
 def test_pipelined_requests_followed_by_a_half_close_are_all_answered(server: Server) -> None:
