@@ -11,7 +11,7 @@ SHELL := bash
 .PHONY: run test test-fast lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-torch-op bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
 
 # the cost model's engine, compiled into tiling_model._engine when the package is installed
-ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp kernel/op_host/bce_grad_cost_model.h
+ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp tiling_model/include/bce_grad_cost_model.h
 
 # everything: serving, tuning, the CPU twin, plots and the test tools
 $(STAMP): pyproject.toml $(ENGINE_SOURCES)
@@ -112,7 +112,7 @@ bench-explorer: $(STAMP)
 # ns per call of what the CANN TilingFunc runs (bce_grad::TunedTiling: lookup, re-fit, tiling), C++ -O2.
 bench-tiling-cpp:
 	mkdir -p build
-	g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I kernel/op_host \
+	g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I kernel/op_host -I tiling_model/include \
 		benchmarks/cpp/tuned_tiling_bench.cpp -o build/tuned_tiling_bench
 	./build/tuned_tiling_bench 5000 20
 

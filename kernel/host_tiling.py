@@ -20,6 +20,7 @@ from pathlib import Path
 from kernel.cpu import build_once, cache_dir
 from tiling_model import BuildError, TilingParams, Variant, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
+from tiling_model.engine import INCLUDE_DIR as ENGINE_INCLUDE
 from tiling_model.variant import BROADCAST_FORMS, PERIODIC_FORMS, WRT_FORMS
 
 CXXFLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror")
@@ -46,6 +47,7 @@ def _sources() -> list[Path]:
     root = _root()
     return (
         sorted((root / "op_host").glob("*.h"))
+        + sorted(ENGINE_INCLUDE.glob("*.h"))
         + sorted((root / "op_kernel").glob("*.h"))
         + [root / "host" / "tuned_knobs_main.cpp"]
     )
@@ -63,7 +65,7 @@ def build_host_tiling() -> Path:
 
     def build(out: Path) -> None:
         main = _root() / "host" / "tuned_knobs_main.cpp"
-        cmd = [cxx, *CXXFLAGS, "-I", str(_root() / "op_host"), str(main), "-o", str(out)]
+        cmd = [cxx, *CXXFLAGS, "-I", str(_root() / "op_host"), "-I", str(ENGINE_INCLUDE), str(main), "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BuildError(f"the C++ host tiling did not compile:\n{proc.stderr[-4000:]}")

@@ -20,14 +20,16 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def compile_cpp_driver(source: str, out_dir: Path) -> Path:
-    """Build tests/kernel/cpp/<source> against kernel/op_host with g++ (strict warnings); skip without g++."""
+    """Build tests/kernel/cpp/<source> against kernel/op_host and the engine header with g++ (strict warnings);
+    skip without g++."""
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("g++ not installed")
     root = Path(__file__).resolve().parents[1]
     exe = Path(out_dir) / Path(source).stem
     flags = ["-std=c++17", "-O1", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror"]
-    flags += ["-I", str(root / "kernel" / "op_host"), "-I", str(root / "kernel" / "npu_ext")]
+    flags += ["-I", str(root / "kernel" / "op_host"), "-I", str(root / "tiling_model" / "include")]
+    flags += ["-I", str(root / "kernel" / "npu_ext")]
     subprocess.run([cxx, *flags, str(root / "tests" / "kernel" / "cpp" / source), "-o", str(exe)], check=True)
     return exe
 

@@ -1,6 +1,8 @@
-"""Pure-Python model of the BinaryCrossEntropyGrad host tiling: compute, check, predict.
+"""The model of the BinaryCrossEntropyGrad host tiling: compute, check, predict.
 
-Imports nothing else of bcetune; the kernel, tuner and service build on it.
+The cost model's engine is C++ (``include/bce_grad_cost_model.h``, bound as ``_engine``; the CANN build
+compiles the same header); the rest is Python. Imports and includes nothing else of bcetune; the kernel,
+tuner and service build on it (tests/project/test_layers.py).
 """
 
 from tiling_model.cost import Prediction, predict, predict_detail

@@ -1,4 +1,4 @@
-// Python binding of the cost model's engine (kernel/op_host/bce_grad_cost_model.h): the same header the
+// Python binding of the cost model's engine (tiling_model/include/bce_grad_cost_model.h): the same header the
 // CANN build compiles, so what the service, the tuner and the explorer compute is what the build computes.
 //
 // The header's structs point at their arrays (the build keeps them in generated constexpr tables); here a
@@ -189,7 +189,7 @@ nb::tuple Bound(int64_t n, const Column& block, const Column& bn, const Column& 
 }  // namespace
 
 NB_MODULE(_engine, m) {
-    m.doc() = "The cost model's engine (kernel/op_host/bce_grad_cost_model.h), bound for Python.";
+    m.doc() = "The cost model's engine (tiling_model/include/bce_grad_cost_model.h), bound for Python.";
     m.attr("WARMUP") = cost::kWarmup;
     m.attr("PERIOD") = cost::kPeriod;
     m.attr("REPEAT_BYTES") = cost::kRepeatBytes;

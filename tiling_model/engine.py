@@ -1,5 +1,6 @@
 """The cost model's engine, from Python: the C++ model the CANN build compiles
-(``kernel/op_host/bce_grad_cost_model.h``), bound with nanobind as ``tiling_model._engine``.
+(``tiling_model/include/bce_grad_cost_model.h``, ``INCLUDE_DIR``), bound with nanobind as
+``tiling_model._engine``.
 
 Every single prediction, every re-fit and every whole-space scoring goes through here, so the service,
 the tuner's seeding, the explorer and ``predict`` compute what the build computes, with the same code.
@@ -11,6 +12,7 @@ into the engine's named structs (cached per object), L2 states into the engine's
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -18,6 +20,9 @@ from tiling_model import _engine
 from tiling_model.kernels import ElementwiseKernel
 from tiling_model.simulate import BatchResult, L2State, SteadyL2
 from tiling_model.soc import SocProfile
+
+INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+"""The engine's C++ header: what the CANN build's host code, the C++ host tiling and the tests include."""
 
 Kinds = _engine.Kinds
 tie_key = _engine.tie_key

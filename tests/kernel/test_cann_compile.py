@@ -29,6 +29,7 @@ SCRIPT = TOOLCHAIN / "compile-check.sh"
 HOST_PLATFORM_STUB = TOOLCHAIN / "stubs" / "host_platform"
 KERNEL = ROOT / "kernel" / "op_kernel" / "bce_grad.cpp"
 OP_HOST = ROOT / "kernel" / "op_host"
+ENGINE_INCLUDE = ROOT / "tiling_model" / "include"  # the cost model's engine: kernel/build.sh copies it into op_host
 #: the ops-nn op_host layout: the OpDef, the TilingFunc and the shape inference in their own files
 HOST_SOURCES = ("bce_grad_def.cpp", "bce_grad_tiling.cpp", "bce_grad_infershape.cpp")
 HOST = OP_HOST / "bce_grad_tiling.cpp"
@@ -77,7 +78,7 @@ def test_kernel_compiles_in_the_custom_op_flow_for_every_fixed_dtype(arch: str, 
 @pytest.mark.parametrize("source", HOST_SOURCES)
 def test_host_compiles_as_tiling_and_proto_library(source: str, mode: str) -> None:
     """Only the closed platform_infos_def.h is stood in; everything else is CANN's own header."""
-    proc = compile_check("host", OP_HOST / source, mode, f"-I{HOST_PLATFORM_STUB}")
+    proc = compile_check("host", OP_HOST / source, mode, f"-I{HOST_PLATFORM_STUB}", f"-I{ENGINE_INCLUDE}")
     assert proc.returncode == 0, "\n".join(errors(proc)) or proc.stderr[-3000:]
 
 
@@ -102,14 +103,28 @@ def test_the_tiling_func_uses_the_tuned_tiling_the_parity_test_checks() -> None:
 
 
 @pytest.mark.parametrize(
-    "header", ["bce_grad_tiling_core.h", "bce_grad_cost_model.h", "bce_grad_tuned_table.h", "bce_grad_tuned_tiling.h"]
-)
-def test_pure_cpp_host_headers_compile_on_their_own_with_strict_warnings(header: str) -> None:
+    "header",
+    [OP_HOST / "bce_grad_tiling_core.h", ENGINE_INCLUDE / "bce_grad_cost_model.h", OP_HOST / "bce_grad_tuned_table.h",
+     OP_HOST / "bce_grad_tuned_tiling.h"], ids=lambda p: p.name,
+)  # fmt: skip
+def test_pure_cpp_host_headers_compile_on_their_own_with_strict_warnings(header: Path) -> None:
     """The headers the TilingFunc shares with the tests need no CANN header and no other include first."""
     cxx = shutil.which("g++") or "g++"
     RUN["checks"] += 1
     proc = subprocess.run(
-        [cxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-x", "c++", str(OP_HOST / header)],
+        [
+            cxx,
+            "-std=c++17",
+            "-fsyntax-only",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            str(ENGINE_INCLUDE),
+            "-x",
+            "c++",
+            str(header),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -184,11 +199,11 @@ def test_kernel_type_is_declared_on_a2_only(arch: str, has_kernel_type: bool) ->
 def test_host_without_the_platform_header_does_not_compile(tmp_path: Path) -> None:
     """The fourth finding: GetPlatformRes needs platform/platform_infos_def.h (forward-declared elsewhere)."""
     src = mutated_host(tmp_path, '#include "platform/platform_infos_def.h"', "")
-    proc = compile_check("host", src, "tiling", f"-I{HOST_PLATFORM_STUB}")
+    proc = compile_check("host", src, "tiling", f"-I{HOST_PLATFORM_STUB}", f"-I{ENGINE_INCLUDE}")
     assert proc.returncode != 0 and any("incomplete type" in line for line in errors(proc)), proc.stderr[-2000:]
 
 
 def test_host_with_a_wrong_context_call_does_not_compile(tmp_path: Path) -> None:
     src = mutated_host(tmp_path, "context->GetTilingData<BceGradTilingData>()", "context->GetTilingData()")
-    proc = compile_check("host", src, "tiling", f"-I{HOST_PLATFORM_STUB}")
+    proc = compile_check("host", src, "tiling", f"-I{HOST_PLATFORM_STUB}", f"-I{ENGINE_INCLUDE}")
     assert proc.returncode != 0 and errors(proc)

@@ -47,7 +47,7 @@ def test_committed_header_is_current() -> None:
 
 
 def test_cpp_cost_model_constants_are_the_python_ones() -> None:
-    text = (ROOT / "kernel" / "op_host" / "bce_grad_cost_model.h").read_text()
+    text = (ROOT / "tiling_model" / "include" / "bce_grad_cost_model.h").read_text()
 
     def const(name: str) -> float:
         m = re.search(rf"constexpr (?:int64_t|double) {name} = ([0-9.e+-]+);", text)
@@ -189,7 +189,8 @@ def test_microbenchmark_builds_and_reports_every_kind_of_call(tmp_path: Path) ->
     exe = tmp_path / "bench"
     src = ROOT / "benchmarks" / "cpp" / "tuned_tiling_bench.cpp"
     subprocess.run([cxx, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", "-I",
-                    str(ROOT / "kernel" / "op_host"), str(src), "-o", str(exe)], check=True)  # fmt: skip
+                    str(ROOT / "kernel" / "op_host"), "-I", str(ROOT / "tiling_model" / "include"), str(src), "-o",
+                    str(exe)], check=True)  # fmt: skip
     out = subprocess.run([str(exe), "40", "1"], capture_output=True, text=True, check=True).stdout
     kinds = [line.split("  ")[0].strip() for line in out.splitlines()]
     assert len(kinds) == 4 and all("median" in line and "ns" in line for line in out.splitlines()), out
