@@ -103,12 +103,12 @@ def exact_bytes_moved(t: TilingData, k: engine.Kinds) -> int:
     return (dense + rows) * t.elem_bytes + scalar + t.block_dim * kernel.workspace_inputs * kernel.row_bytes
 
 
-def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = DEFAULT_L2) -> Prediction:
+def predict_detail(t: TilingData, soc: SocProfile | None = None, l2: L2State = DEFAULT_L2) -> Prediction:
     """The prediction of one tiling and where its time goes (the engine's ``Evaluate``; the
     specification ``simulate`` gives the same numbers to the bit, tests/tiling_model/test_engine.py)."""
     profile = soc or load_soc(t.soc)
     k = engine_kinds(t)
-    p = engine.evaluate(t.kernel, profile, k, t.fields.tileDataNum, t.params.buffer_num, t.n, warm_l2)
+    p = engine.evaluate(t.kernel, profile, k, t.fields.tileDataNum, t.params.buffer_num, t.n, l2)
     us, core_us, bandwidth_us, roof, busy = p.us, p.core_us, p.bandwidth_us, p.roofline_us, p.busy_us
     us = us * _knob_factor(t, profile)
     if us == 0.0 or profile.launch_us >= max(core_us, bandwidth_us):
@@ -132,11 +132,11 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None, warm_l2: L2Stat
 
 
 def predict_with_roofline(
-    t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = DEFAULT_L2
+    t: TilingData, soc: SocProfile | None = None, l2: L2State = DEFAULT_L2
 ) -> tuple[float, float]:
     """``predict_detail``'s predicted and roofline times alone (what an answer of the service carries)."""
     profile = soc or load_soc(t.soc)
-    p = engine.evaluate(t.kernel, profile, engine_kinds(t), t.fields.tileDataNum, t.params.buffer_num, t.n, warm_l2)
+    p = engine.evaluate(t.kernel, profile, engine_kinds(t), t.fields.tileDataNum, t.params.buffer_num, t.n, l2)
     return p.us * _knob_factor(t, profile), p.roofline_us
 
 
@@ -148,6 +148,6 @@ def _knob_factor(t: TilingData, soc: SocProfile) -> float:
     return engine.knob_factor(t.kernel, soc, p.block_bytes, p.buffer_num, p.tile_bytes, t.block_dim)
 
 
-def predict(t: TilingData, soc: SocProfile | None = None, warm_l2: L2State = DEFAULT_L2) -> float:
+def predict(t: TilingData, soc: SocProfile | None = None, l2: L2State = DEFAULT_L2) -> float:
     """Predicted kernel time of ``t`` in microseconds (0 for an empty tensor: no launch)."""
-    return predict_detail(t, soc, warm_l2).predicted_us
+    return predict_detail(t, soc, l2).predicted_us

@@ -105,28 +105,28 @@ _COLD = _engine.L2State(_engine.L2State.Kind.COLD)
 _WARM = _engine.L2State(_engine.L2State.Kind.WARM)
 
 
-def l2_state(warm_l2: L2State) -> _engine.L2State:
+def l2_state(l2: L2State) -> _engine.L2State:
     """A prediction's L2 state (simulate.L2State) as the engine's."""
-    if isinstance(warm_l2, SteadyL2):
+    if isinstance(l2, SteadyL2):
         return _engine.L2State(
             _engine.L2State.Kind.CURVE,
-            half_bytes=warm_l2.half_bytes,
-            falloff=warm_l2.falloff,
-            l2_bytes=float(warm_l2.l2_bytes),
+            half_bytes=l2.half_bytes,
+            falloff=l2.falloff,
+            l2_bytes=float(l2.l2_bytes),
         )
-    if warm_l2 == "steady":
+    if l2 == "steady":
         return _STEADY
-    if isinstance(warm_l2, bool):
-        return _WARM if warm_l2 else _COLD
-    raise ValueError(f"unknown L2 state {warm_l2!r}: 'steady', True (warm), False (cold) or a SteadyL2 curve")
+    if isinstance(l2, bool):
+        return _WARM if l2 else _COLD
+    raise ValueError(f"unknown L2 state {l2!r}: 'steady', True (warm), False (cold) or a SteadyL2 curve")
 
 
 def _models(
-    kernel: ElementwiseKernel, soc: SocProfile, n: int, warm_l2: L2State
+    kernel: ElementwiseKernel, soc: SocProfile, n: int, l2: L2State
 ) -> tuple[_engine.Kernel, _engine.Soc, float]:
     """The kernel's and the SoC's models, and the L2 hit share of a launch over ``n`` elements."""
     k, s = kernel_model(kernel), soc_model(soc)
-    return k, s, _engine.l2_hit(k, s, int(n), l2_state(warm_l2))
+    return k, s, _engine.l2_hit(k, s, int(n), l2_state(l2))
 
 
 def evaluate(
@@ -136,10 +136,10 @@ def evaluate(
     tile_elems: int,
     buffer_num: int,
     n: int,
-    warm_l2: L2State,
+    l2: L2State,
 ) -> _engine.Prediction:
     """One tiling's prediction from its core kinds (any scheme): simulate.simulate's row."""
-    k, s, hit = _models(kernel, soc, n, warm_l2)
+    k, s, hit = _models(kernel, soc, n, l2)
     return _engine.evaluate(kinds, tile_elems, buffer_num, k, s, hit)
 
 
@@ -150,11 +150,11 @@ def pipelines(
     tile_elems: int,
     buffer_num: int,
     n: int,
-    warm_l2: L2State,
+    l2: L2State,
 ) -> tuple[list[tuple[tuple[float, float, float], tuple[float, float, float], float]], float]:
     """Per core kind (big, small, last): the full and the last tile's (CopyIn, Compute, CopyOut) and the
     end of its last CopyOut from the core's start; and the row copy every core makes first."""
-    k, s, hit = _models(kernel, soc, n, warm_l2)
+    k, s, hit = _models(kernel, soc, n, l2)
     return _engine.pipelines(kinds, tile_elems, buffer_num, k, s, hit)
 
 
@@ -181,10 +181,10 @@ def score(
     bn: np.ndarray,
     tile: np.ndarray,
     cores: np.ndarray,
-    warm_l2: L2State,
+    l2: L2State,
 ) -> BatchResult:
     """Exact-scheme configurations (parallel arrays of knobs) at ``n`` elements, each simulated."""
-    k, s, hit = _models(kernel, soc, n, warm_l2)
+    k, s, hit = _models(kernel, soc, n, l2)
     us, core, bandwidth, busy, moved, roofline = _engine.score(
         int(n), _column(block), _column(bn), _column(tile), _column(cores), k, s, hit
     )
@@ -199,11 +199,11 @@ def bound(
     bn: np.ndarray,
     tile: np.ndarray,
     cores: np.ndarray,
-    warm_l2: L2State,
+    l2: L2State,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each configuration's lower bound on its prediction, and where that bound is the prediction to the
     bit (simulate.bounds_us): what a pruned scoring simulates first."""
-    k, s, hit = _models(kernel, soc, n, warm_l2)
+    k, s, hit = _models(kernel, soc, n, l2)
     lower, certain = _engine.bound(int(n), _column(block), _column(bn), _column(tile), _column(cores), k, s, hit)
     return lower, certain
 

@@ -21,9 +21,10 @@ final tiles are simulated again: cost is O(WARMUP) per core kind, whatever the t
 Copy costs: the measured per-DMA curve of one core, but never faster than the core's share
 of the aggregate HBM bandwidth; copies whose GM start is not 512-B aligned get the SoC's
 misalignment factor on their bandwidth part. The launch can never beat bytes moved over the
-aggregate bandwidth, HBM and L2 mixed by the share of the traffic that hits L2: by default the
-SoC profile's fitted steady state of repeated launches (``warm_l2``, an ``L2State``: cold, warm,
-or an explicit curve).
+aggregate bandwidth, HBM and L2 mixed by the share of the traffic that hits L2, as the launch's
+``L2State`` says (its parameter ``l2``): cold by default (``DEFAULT_L2``: first touch, all HBM,
+what bcetune tunes for), warm, the SoC profile's fitted steady state of repeated launches, or an
+explicit curve.
 """
 
 from __future__ import annotations
@@ -214,14 +215,14 @@ def _pipeline_fixed_bn(
     return out_end
 
 
-def l2_hit(kernel: ElementwiseKernel, soc: SocProfile, n: np.ndarray, warm_l2: L2State) -> np.ndarray:
+def l2_hit(kernel: ElementwiseKernel, soc: SocProfile, n: np.ndarray, l2: L2State) -> np.ndarray:
     """The share of each launch's traffic (n elements per launch) that hits L2 in the given state."""
     footprint = kernel.hbm_bytes(np.asarray(n, dtype=float))
-    if warm_l2 == "steady":
+    if l2 == "steady":
         return SteadyL2(soc.l2_half_bytes, soc.l2_falloff, soc.l2_bytes).hit(footprint)
-    if isinstance(warm_l2, SteadyL2):
-        return warm_l2.hit(footprint)
-    if warm_l2:
+    if isinstance(l2, SteadyL2):
+        return l2.hit(footprint)
+    if l2:
         return resident_share(footprint, soc.l2_bytes)
     return np.zeros_like(footprint)
 
@@ -239,13 +240,13 @@ class _Costs:
     launched: np.ndarray
 
 
-def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State) -> _Costs:
+def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, l2: L2State) -> _Costs:
     elem = kernel.elem_bytes
     m = k.tiles.shape[0]
     active = np.maximum(k.block_dim, 1).astype(float)
     hbm = soc.hbm_gbps
     n = np.asarray(n, dtype=float)
-    hit = l2_hit(kernel, soc, n, warm_l2) * np.ones(m)
+    hit = l2_hit(kernel, soc, n, l2) * np.ones(m)
     agg = 1.0 / ((1.0 - hit) / hbm + hit / soc.l2_gbps)
     agg_peak = 1.0 / ((1.0 - hit) / soc.hbm_peak_gbps + hit / soc.l2_peak_gbps)
     share = (agg / active)[:, None] * np.ones((1, 3))
@@ -297,10 +298,10 @@ def _costs(kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarr
 
 
 def simulate(
-    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State = DEFAULT_L2
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, l2: L2State = DEFAULT_L2
 ) -> BatchResult:
     """Predict M tilings of one kernel; ``n`` is the element count per tiling."""
-    return _schedule(k, _costs(kernel, k, soc, n, warm_l2), soc)
+    return _schedule(k, _costs(kernel, k, soc, n, l2), soc)
 
 
 def _schedule(k: CoreKinds, c: _Costs, soc: SocProfile) -> BatchResult:
@@ -325,7 +326,7 @@ def _schedule(k: CoreKinds, c: _Costs, soc: SocProfile) -> BatchResult:
 
 
 def bounds_us(
-    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, warm_l2: L2State = DEFAULT_L2
+    kernel: ElementwiseKernel, k: CoreKinds, soc: SocProfile, n: np.ndarray, l2: L2State = DEFAULT_L2
 ) -> tuple[np.ndarray, np.ndarray]:
     """A lower bound on ``simulate(...).predicted_us`` per tiling without the pipeline schedule, and
     where that bound *is* the prediction, to the bit. Cheap enough to bound a whole space and simulate
@@ -340,7 +341,7 @@ def bounds_us(
     where the byte traffic decides: the periodic schedule with period P = max(a, b, c, (a+b)/bn,
     (b+c)/bn) meets every constraint, so a core ends by (tiles-1) P + a + b + c; when that is still
     below the traffic's time, the prediction is launch + traffic, which the lower bound is too."""
-    return _bounds(k, _costs(kernel, k, soc, n, warm_l2), soc)
+    return _bounds(k, _costs(kernel, k, soc, n, l2), soc)
 
 
 def _bounds(k: CoreKinds, c: _Costs, soc: SocProfile) -> tuple[np.ndarray, np.ndarray]:

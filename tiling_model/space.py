@@ -86,7 +86,7 @@ def score_space(
     kernel: ElementwiseKernel,
     soc: SocProfile,
     n: int,
-    warm_l2: L2State = DEFAULT_L2,
+    l2: L2State = DEFAULT_L2,
     blocks_only: tuple[int, ...] | None = None,
     buffers_only: tuple[int, ...] | None = None,
     top: int | None = None,
@@ -102,8 +102,8 @@ def score_space(
     (the other result fields are NaN): what ranking needs, nothing more."""
     block, bn, tile, cores = enumerate_space(kernel, soc, n, blocks_only, buffers_only)
     if top is None:
-        return ScoredSpace(block, bn, tile, cores, engine.score(kernel, soc, n, block, bn, tile, cores, warm_l2))
-    bound, certain = engine.bound(kernel, soc, n, block, bn, tile, cores, warm_l2)
+        return ScoredSpace(block, bn, tile, cores, engine.score(kernel, soc, n, block, bn, tile, cores, l2))
+    bound, certain = engine.bound(kernel, soc, n, block, bn, tile, cores, l2)
     order = np.argsort(bound, kind="stable")
     picked = order[: max(top, PRUNE_CHUNK)]
     predicted = np.where(certain, bound, np.nan)
@@ -112,7 +112,7 @@ def score_space(
         rows = picked[~done[picked]]
         if rows.size:
             predicted[rows] = engine.score(
-                kernel, soc, n, block[rows], bn[rows], tile[rows], cores[rows], warm_l2
+                kernel, soc, n, block[rows], bn[rows], tile[rows], cores[rows], l2
             ).predicted_us
             done[rows] = True
         found = np.sort(predicted[done])

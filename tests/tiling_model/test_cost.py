@@ -135,7 +135,7 @@ def test_tiny_launch_is_launch_bound() -> None:
 def test_never_faster_than_the_roofline(n: int, combo: tuple[str, str], warm: bool) -> None:
     dtype, reduction = combo
     t = compute_tiling([n], Variant(dtype, reduction))
-    d = predict_detail(t, warm_l2=warm)
+    d = predict_detail(t, l2=warm)
     assert d.predicted_us >= d.roofline_us - 1e-9
     assert 0 < d.fraction_of_roofline <= 1.0 + 1e-12
     assert d.bytes_moved >= (len(t.kernel.full_inputs) + 1) * n * t.elem_bytes
@@ -153,12 +153,12 @@ def test_more_elements_never_cost_less(n: int, combo: tuple[str, str]) -> None:
 def test_warm_l2_helps_what_fits_and_not_what_does_not() -> None:
     small = compute_tiling([1 << 22], Variant("float32", "none"))  # 80 MiB of traffic: fits 192 MiB
     huge = compute_tiling([1 << 28], Variant("float32", "none"))  # 5 GiB: 4% fits
-    assert predict(small, warm_l2=True) < 0.8 * predict(small, warm_l2=False)
-    assert predict(huge, warm_l2=True) > 0.9 * predict(huge, warm_l2=False)
+    assert predict(small, l2=True) < 0.8 * predict(small, l2=False)
+    assert predict(huge, l2=True) > 0.9 * predict(huge, l2=False)
     # the default, the fitted steady state of repeated launches, lies between; near cold when huge
     for t in (small, huge):
-        assert predict(t, warm_l2=True) <= predict(t) <= predict(t, warm_l2=False)
-    assert predict(huge) > 0.95 * predict(huge, warm_l2=False)
+        assert predict(t, l2=True) <= predict(t) <= predict(t, l2=False)
+    assert predict(huge) > 0.95 * predict(huge, l2=False)
 
 
 # --- ranking sanity: what the hardware facts imply ----------------------------------------------

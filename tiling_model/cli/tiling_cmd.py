@@ -59,10 +59,10 @@ def add_tiling_command(sub: SubParsers) -> None:
     )
 
 
-def tiling_report(t: TilingData, warm_l2: L2State = DEFAULT_L2, soc: SocProfile | None = None) -> dict[str, object]:
+def tiling_report(t: TilingData, l2: L2State = DEFAULT_L2, soc: SocProfile | None = None) -> dict[str, object]:
     """The JSON document of ``--json`` (also what tests and scripts read); ``soc``: the profile that
     predicts it (a device-tuned table's), default the shipped one."""
-    pred = predict_detail(t, soc, warm_l2=warm_l2)
+    pred = predict_detail(t, soc, l2=l2)
     return {
         "soc": t.soc,
         "scheme": t.scheme,

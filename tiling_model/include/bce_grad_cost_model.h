@@ -356,7 +356,7 @@ inline double TrafficUs(const Kinds& kd, const KernelModel& k, const SocModel& s
  *  cold (first touch, all HBM: kDefaultL2), warm (the resident share hits), or an explicit steady curve. */
 struct L2State {
     enum Kind { Steady = 0, Cold = 1, Warm = 2, Curve = 3 };
-    Kind kind = Steady;
+    Kind kind = Cold;  // default-constructed: kDefaultL2, simulate.DEFAULT_L2 (what bcetune tunes for)
     double halfBytes = 0.0;  // Curve only: simulate.SteadyL2's half point, falloff and L2 size
     double falloff = 0.0;
     double l2Bytes = 0.0;
