@@ -40,9 +40,9 @@ test: $(STAMP)
 	@echo "==> pytest, the whole suite (about 11 minutes on a 2-core machine; make test-fast: the quick suites)"
 	bash .ci/with-services.sh $(PY) -m pytest
 
-# The quick suites (a few minutes): no kernel sweeps, CANN compile checks, browser, container or database.
-# For a change that touches no kernel, op_host or container code; make test before a merge.
-FAST_MARKERS := not kernel_sweep and not toolchain and not browser and not container and not database and not proxy
+# The edit loop's suite: no servers, end-to-end CLIs or docs runs (slow), kernel sweeps, CANN compile checks,
+# browser, container or database; the CPU twin built once and cached. make test (CI) runs everything.
+FAST_MARKERS := not slow and not kernel_sweep and not toolchain and not browser and not container and not database and not proxy
 test-fast: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+pytestmark = pytest.mark.slow  # the docs' shell blocks, run as written
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "docs/manual.md", "CONTRIBUTING.md")
 BLOCK = re.compile(r"^(?P<marker><!--[^\n]*-->\n)?```sh\n(?P<body>.*?)^```", re.S | re.M)

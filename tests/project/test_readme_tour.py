@@ -18,6 +18,8 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 
+pytestmark = pytest.mark.slow  # the README's tour, run as written
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 

@@ -20,6 +20,8 @@ from service_helpers import GOOD, Server, _free_port, _wait_for, entry, make_tab
 
 from tiling_model.tables import write_table
 
+pytestmark = pytest.mark.slow  # real servers sharing work between clients
+
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:

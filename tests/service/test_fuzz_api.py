@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import orjson
+import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,8 @@ from service.app import create_app
 from service.config import Settings
 from tiling_model import Variant, load_soc
 from tiling_model.tables import TableEntry, TuningTable, write_table
+
+pytestmark = pytest.mark.slow  # the app (in process) fuzzed from its OpenAPI schema
 
 TABLES = Path(__file__).parent / ".fuzz-tables"
 TABLES.mkdir(exist_ok=True)

@@ -23,6 +23,8 @@ from tiling_model.kernels import bce_grad_kernel
 from tiling_model.space import score_space
 from tiling_model.tables import write_table
 
+pytestmark = pytest.mark.slow  # real servers (python -m service) over HTTP
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:

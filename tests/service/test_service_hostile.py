@@ -23,6 +23,8 @@ from tiling_model.cost import kinds_of
 from tiling_model.dtypes import DTYPE_BYTES
 from tiling_model.tables import write_table
 
+pytestmark = pytest.mark.slow  # real servers under hostile clients
+
 INT64_MAX = 2**63 - 1
 
 

@@ -21,6 +21,8 @@ from service.resolver import ENTRY_OVERHEAD, Query, Refusal, TilingResolver
 from tiling_model import BadRequest, Variant
 from tiling_model.tables import write_table
 
+pytestmark = pytest.mark.slow  # real servers under light traffic, attacks and a killed worker
+
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:

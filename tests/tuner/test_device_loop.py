@@ -28,6 +28,8 @@ from tuner.storage import open_storage
 from tuner.sweep import run_sweep
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
 
+pytestmark = pytest.mark.slow  # sweeps against a stand-in device, end to end
+
 SOC = load_soc("Ascend910B2")
 DEVICE = SyntheticDevice(SOC, seed=4)  # HBM 5% slower than the profile, copies 14% slower
 

@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from kernel import cpu
 from tuner.doctor import golden_cases, run_golden
 from tuner.sweep import sweep_keys
+
+pytestmark = pytest.mark.slow  # the doctor's CLI in subprocesses
 
 ROOT = Path(__file__).resolve().parents[2]
 

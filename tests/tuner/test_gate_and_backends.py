@@ -17,6 +17,8 @@ from tuner import gate
 from tuner.backends import CpuTwinBackend, MeasurementError, make_backend
 from tuner.gate import FULL_RUN_LIMIT, GateFailure, check_tiling
 
+pytestmark = pytest.mark.slow  # sweeps through the gate and every backend
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -21,6 +21,8 @@ from tuner.storage import open_storage
 from tuner.study import tune
 from tuner.sweep import run_sweep, sweep_keys
 
+pytestmark = pytest.mark.slow  # the tuner's CLI: sweeps, merges, rebaselines in subprocesses
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
