@@ -18,11 +18,11 @@ from strategies import SOCS, kernel, period, sizes, variants
 import tiling_model.simulate as sim
 from tiling_model import SocProfile, TilingParams, Variant, _engine, compute_tiling, engine, load_soc
 from tiling_model.correction import KnobCorrection
-from tiling_model.cost import kinds_of, predict_detail
+from tiling_model.cost import engine_kinds, exact_bytes_moved, kinds_of, predict_detail
 from tiling_model.search import model_best
 from tiling_model.simulate import SteadyL2
 from tiling_model.space import BLOCK_CHOICES, ScoredSpace, enumerate_space, score_space, tile_choices
-from tiling_model.tiling import TilingError
+from tiling_model.tiling import TilingData, TilingError
 from tiling_model.validate import validate
 
 L2_STATES = [False, True, SteadyL2(64 * 2**20, 2.0, 192 * 2**20), "steady"]
@@ -47,6 +47,15 @@ def spec_space(v: Variant, n: int, soc: str | SocProfile, blocks: tuple[int, ...
     r = sim.simulate(k, kinds, soc, np.full(block.shape, n), l2)
     r = replace(r, predicted_us=r.predicted_us * sim.knob_factors(k, soc, block, bn, tile, kinds.block_dim))
     return ScoredSpace(block, bn, tile, cores, r)
+
+
+def assert_traffic_is_the_specifications(t: TilingData, soc: SocProfile, l2: sim.L2State, spec_bytes: float) -> None:
+    """A launch's bytes three ways: the specification's (doubles), the engine's (doubles) and the exact
+    Python ints a Prediction reports (cost.exact_bytes_moved); equal while the doubles are exact (< 2**53)."""
+    k = engine_kinds(t)
+    engine_bytes = engine.evaluate(t.kernel, soc, k, t.fields.tileDataNum, t.params.buffer_num, t.n, l2).bytes_moved
+    exact = exact_bytes_moved(t, k)
+    assert exact < 2**53 and exact == engine_bytes == spec_bytes
 
 
 @settings(max_examples=300, deadline=None)
@@ -74,6 +83,7 @@ def test_one_prediction_is_the_specification_to_the_bit(
     assert fast.predicted_us == r.predicted_us[0] and fast.roofline_us == r.roofline_us[0]
     assert fast.core_us == r.core_us[0] and fast.bandwidth_us == r.bandwidth_us[0]
     assert list(fast.busy_us.values()) == list(r.busy_us[0])
+    assert_traffic_is_the_specifications(t, soc, l2, r.bytes_moved[0])
 
 
 @settings(max_examples=150, deadline=None)
@@ -96,6 +106,7 @@ def test_the_seed_scheme_with_its_scalar_queue_is_the_specification_to_the_bit(
     assert (fast.predicted_us, fast.bandwidth_us, fast.roofline_us) == (
         r.predicted_us[0], r.bandwidth_us[0], r.roofline_us[0]
     )  # fmt: skip
+    assert_traffic_is_the_specifications(t, soc, l2, r.bytes_moved[0])
 
 
 @settings(max_examples=40, deadline=None)
