@@ -137,7 +137,7 @@ def main() -> int:
                 early, late = statistics.mean(first), statistics.mean(later)
                 print(f"    trials per key, first 10 keys {early:.1f}, last 10 {late:.1f}")
     if last_learner is not None and last_learner.model().fitted:
-        model = last_learner.refit(folds=5)
+        model = last_learner.fit_device(folds=5)
         fit = model.fit.summary() if model.fit else {}
         print(f"fitted on the 20-trial sweep: {fit.get('fitted')}; knob correction {fit.get('knob_correction')}; "
               f"held-out median |error| {100 * fit.get('held_out_median', float('nan')):.1f}% "

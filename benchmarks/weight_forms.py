@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from service.answers import CachedAnswers, Query
 from service.config import SHIPPED_TABLES
-from service.resolver import Query, TilingResolver
 from tiling_model import compute_tiling, known_socs, load_soc, predict_detail
 from tiling_model.kernels import elementwise_kernel
 from tiling_model.search import _best_params
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="float32,float16")
     args = ap.parse_args(argv)
     tables = {p.stem: load_table(p) for p in SHIPPED_TABLES.glob("*.json")}
-    resolver = TilingResolver(tables)
+    resolver = CachedAnswers(tables)
     print(f"{args.soc}, reduction none, no pos_weight; the service's answer, the model's prediction (us)\n")
     print("| shape | dtype | weight | full us | full + copy us | form us | vs full | vs full + copy | HBM MB saved |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")

@@ -1,6 +1,6 @@
 """The tables the service serves, loaded whole, checked, and swapped atomically on reload.
 
-A snapshot (tables + the resolver built on them) is replaced in one assignment, so a request
+A snapshot (tables + the cached answers built on them) is replaced in one assignment, so a request
 sees either the old tables or the new ones, never a mix. A reload that fails (a corrupt file,
 a schema error) leaves the old snapshot serving.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernel.sources import kernel_source_hash
+from service.answers import CACHE_BYTES, CachedAnswers
 from service.logs import LOGGER, event
-from service.resolver import CACHE_BYTES, TilingResolver
 from tiling_model import BadRequest, TableError, compute_tiling, known_socs, load_soc, validate
 from tiling_model.tables import TuningTable, load_table
 
@@ -37,7 +37,7 @@ class LoadedTable:
 @dataclass(frozen=True)
 class Snapshot:
     tables: dict[str, LoadedTable]
-    resolver: TilingResolver
+    answers: CachedAnswers
     signature: tuple[tuple[str, int, int], ...]  # (name, size, mtime_ns) of each table file
 
 
@@ -112,7 +112,7 @@ def load_snapshot(directory: Path, reload: bool = False, cache_bytes: int = CACH
             raise TableError(f"{path}: no entry validates ({len(tables[table.soc].invalid)} dropped)")
     if reload and not tables:
         raise TableError("the tables directory has no <SoC>.json table left")
-    return Snapshot(tables, TilingResolver({s: lt.table for s, lt in tables.items()}, cache_bytes), signature)
+    return Snapshot(tables, CachedAnswers({s: lt.table for s, lt in tables.items()}, cache_bytes), signature)
 
 
 @dataclass(frozen=True)

@@ -120,9 +120,9 @@ class Learner:
     def study_done(self) -> None:
         self._studies += 1
         if self._studies % self.every == 0:
-            self.refit()
+            self.fit_device()
 
-    def refit(self, folds: int = 0) -> DeviceModel:
+    def fit_device(self, folds: int = 0) -> DeviceModel:
         """Fit the device to every measurement in the storage (``folds`` > 0: also held out by key, for
         the table's intervals); too few measurements keep the model as it is."""
         cases = measurements(self.storage, self.soc, self.backend)

@@ -215,7 +215,7 @@ def run_sweep(
     device = None
     profile_hash = soc.profile_hash
     if learner:
-        device = device_profile_document(learner.refit(folds=FOLDS))
+        device = device_profile_document(learner.fit_device(folds=FOLDS))
         if device is not None:
             profile_hash = profile_from_json(device["profile"]).profile_hash
     if not backend.deterministic:

@@ -3,7 +3,7 @@ outside), ``POST /tiling/explain`` (the answer of ``POST /tiling`` with the pict
 ``POST /tiling/plot/{picture}`` (one of the four pictures, SVG or PNG).
 
 The same request body and limits as ``POST /tiling``; a tiling the service refuses is refused here
-with the same 422. The answer comes from the resolver on the event loop, as ``POST /tiling``'s does;
+with the same 422. The answer comes from the cached answers on the event loop, as ``POST /tiling``'s does;
 the tiling behind it, the explanation and the pictures (scoring a slice and drawing take tens of
 milliseconds to seconds) are computed in the scheduler's worker processes (``service.scheduler``: a
 share per client, 429 or 503 past it), which keep the explanations they made for the pictures; the
@@ -103,7 +103,7 @@ async def _explain(req: TilingRequest, service: ServiceDep, request: Request, cl
     cache, full = (_explained, key) if picture is None else (_pictures, (*key, *picture))
     got = cache.get(full)
     if got is None:
-        profile = service.store.snapshot.resolver.profile(doc["soc"])  # a device-tuned table's, where it is one
+        profile = service.store.snapshot.answers.profile(doc["soc"])  # a device-tuned table's, where it is one
         job = (key, list(req.shape), req.variant(), doc["params"], profile, doc["weight_period"] or None)
         s = service.scheduler
         await s.charge(clock.held())  # the loop time so far, before waiting for the worker

@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from service.answers import Query
 from service.config import Settings
 from service.deps import ServiceDep, json_bytes
 from service.errors import domain_item, error_response
 from service.metrics import Metrics
-from service.resolver import Query
 from service.scheduler import Disconnected, LoopClock
 from service.schemas import ERRORS, BatchRequest, BatchResponse, TilingRequest, TilingResponse
 from service.store import TableStore
@@ -47,16 +47,16 @@ def answer(
     """The answer to one request as JSON bytes: from the cache, else computed here, on the event loop (a
     cold answer costs well under a millisecond: no thread hand-off, no GIL contention between worker
     threads)."""
-    resolver = store.snapshot.resolver
+    answers = store.snapshot.answers
     given = req.params.given() if req.params else ()
     q = Query(req.soc or settings.default_soc, tuple(req.shape), req.variant(), given, req.weight_broadcast().period)
-    got = resolver.cached(q)
+    got = answers.cached(q)
     if got is None:
         if budget is not None and budget.left <= 0:
             raise OverBudget
         start = time.perf_counter()
         try:
-            got = resolver.answer(q)
+            got = answers.answer(q)
         finally:
             if budget is not None:
                 budget.left -= time.perf_counter() - start

@@ -21,8 +21,8 @@ import pytest
 from conftest import compile_cpp_driver
 
 from kernel.host_tiling import HostKnobs, build_host_tiling, query_host_tiling
+from service.answers import CachedAnswers, Query
 from service.config import SHIPPED_TABLES
-from service.resolver import Query, TilingResolver
 from tiling_model import BadRequest, BuildError, TilingParams, Variant, compute_tiling, load_soc
 from tiling_model.simulate import (
     BOUND_SLACK,
@@ -76,11 +76,11 @@ def exe() -> Path:
 
 
 @pytest.fixture(scope="module")
-def resolver() -> TilingResolver:
-    return TilingResolver(TABLES)
+def resolver() -> CachedAnswers:
+    return CachedAnswers(TABLES)
 
 
-def _service(resolver: TilingResolver, soc: str, v: Variant, n: int, period: int = 0) -> dict:
+def _service(resolver: CachedAnswers, soc: str, v: Variant, n: int, period: int = 0) -> dict:
     """The service's answer; where it refuses a launch past the device's memory (the build has no such
     check), the answer it would have given, which the build must equal, and the refusal checked."""
     q = Query(soc, (n,), v, (), period)
@@ -105,7 +105,7 @@ def _assert_same(got: HostKnobs, doc: dict, where: str) -> None:
     assert got.block_dim == doc["block_dim"], where
 
 
-def test_build_tiles_every_call_as_the_service_answers(exe: Path, resolver: TilingResolver) -> None:
+def test_build_tiles_every_call_as_the_service_answers(exe: Path, resolver: CachedAnswers) -> None:
     """Random variants at log-uniform sizes (1 to 4x the largest tuned size) and at every bucket's edges:
     the same knobs, struct and block dim as the service's answer; most calls are re-fits."""
     rng = np.random.default_rng(2026_11_30)
@@ -134,7 +134,7 @@ def test_build_tiles_every_call_as_the_service_answers(exe: Path, resolver: Tili
     assert changed > 0.3 * len(calls), f"the re-fit changed the bucket's knobs in only {changed} calls"
 
 
-def test_broadcast_weight_forms_are_tiled_as_the_service_answers(exe: Path, resolver: TilingResolver) -> None:
+def test_broadcast_weight_forms_are_tiled_as_the_service_answers(exe: Path, resolver: CachedAnswers) -> None:
     """The untuned weight forms (last_dim, rows, scalar) are the full weight's buckets re-fitted with their
     own kernel, in the build as in the service: the same knobs, struct (its weightPeriod too) and block
     dim, at random sizes and periods (rows from 1 element per value to one row)."""

@@ -361,8 +361,8 @@ def test_tables_reload_on_change_and_sighup_and_refuse_bad_files(tmp_path: Path)
 
 
 def test_shipped_tables_are_fresh_valid_and_answer_the_readme_request() -> None:
+    from service.answers import Query
     from service.config import SHIPPED_TABLES
-    from service.resolver import Query
     from service.store import load_snapshot
 
     snap = load_snapshot(SHIPPED_TABLES)
@@ -370,7 +370,7 @@ def test_shipped_tables_are_fresh_valid_and_answer_the_readme_request() -> None:
     for soc, lt in snap.tables.items():
         assert lt.stale_reasons() == [], soc
         assert lt.invalid == (), soc
-    doc = snap.resolver.resolve(Query("Ascend910B2", (1024, 1024), Variant("float16", "mean"), ()))
+    doc = snap.answers.resolve(Query("Ascend910B2", (1024, 1024), Variant("float16", "mean"), ()))
     assert doc["source"] == "exact"
 
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from service_helpers import GOOD, Server, _wait_for, entry, make_table
 
-from service.resolver import ENTRY_OVERHEAD, Query, Refusal, TilingResolver
+from service.answers import ENTRY_OVERHEAD, CachedAnswers, Query, Refusal
 from tiling_model import BadRequest, Variant
 from tiling_model.tables import write_table
 
@@ -252,7 +252,7 @@ def test_a_connection_that_never_reads_its_answers_is_closed_at_the_send_deadlin
 
 
 def test_refusals_are_cached_as_their_answer_and_the_cache_is_bounded_in_bytes() -> None:
-    r = TilingResolver({}, cache_bytes=200_000)
+    r = CachedAnswers({}, cache_bytes=200_000)
     v = Variant("float32", "none")
     for i in range(2000):
         with pytest.raises(BadRequest):

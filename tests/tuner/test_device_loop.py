@@ -102,19 +102,19 @@ def test_the_table_carries_the_fitted_profile_and_the_service_answers_from_it(sw
     profile = profile_from_json(loaded.device["profile"])
     assert loaded.soc_profile_hash == profile.profile_hash != SOC.profile_hash
     assert loaded.device["profile"]["calibration"]["device"] is True
-    from service.resolver import Query
+    from service.answers import Query
     from service.store import load_snapshot
 
     snap = load_snapshot(tmp)
     assert not snap.tables["Ascend910B2"].stale  # a device-tuned table is fresh with its own profile
-    doc = snap.resolver.resolve(Query(SOC.name, (3000, 1000), Variant("float16", "mean", "none"), ()))
+    doc = snap.answers.resolve(Query(SOC.name, (3000, 1000), Variant("float16", "mean", "none"), ()))
     assert doc["provenance"]["device_fitted"] is True and doc["source"] == "bucket"
     t = compute_tiling([3000, 1000], Variant("float16", "mean", "none"), TilingParams(**doc["params"]), profile)
     assert doc["predicted_us"] == round(predict(t, profile), 4)
     lo, hi = doc["predicted_interval_us"]
     assert lo < doc["predicted_us"] < hi
     # narrower than the shipped profile's interval (cross-checked on other operators only)
-    shipped = snap.resolver.profile("Ascend910B1")
+    shipped = snap.answers.profile("Ascend910B1")
     assert (
         shipped.calibration
         and (hi / lo) < shipped.calibration["intervals"]["all"][1] / shipped.calibration["intervals"]["all"][0]

@@ -113,7 +113,9 @@ def _response(
 Answer = tuple[bytes, str]  # the response's JSON, its source ("exact", "bucket", "model")
 
 
-class TilingResolver:
+class CachedAnswers:
+    """The service's answers by request: ``tiling_model.resolve``'s tiling as response bytes, cached in bytes."""
+
     def __init__(self, tables: dict[str, TuningTable], cache_bytes: int = CACHE_BYTES) -> None:
         self.tables = tables
         self.resolver = Resolver(tables, kernel_source_hash(), _log_invalid_entry)
