@@ -2,7 +2,7 @@
 exact size over the best of the whole search space at that size (model backend, noise-free), for
 
 - ``service``: what ``POST /tiling`` answers (the bucket's BUFFER_NUM; block, cores and tile re-fit by
-  the model at the exact size: ``tiling_model.search.refit``),
+  the model at the exact size: ``tiling_model.pick.refit``),
 - ``build``: what the CANN build's TilingFunc does (``bce_grad::TunedKnobs``, the C++ header, run
   through ``kernel.host_tiling``; it should equal ``service``: the parity test says so),
 - ``nearest``: the bucket's knobs unchanged (what the C++ header did before it re-fit).
@@ -24,7 +24,7 @@ from kernel.host_tiling import query_host_tiling
 from service.config import SHIPPED_TABLES
 from tiling_model import BuildError, TilingParams, Variant, compute_tiling, known_socs, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
-from tiling_model.search import refit
+from tiling_model.pick import refit
 from tiling_model.space import score_space
 from tiling_model.tables import TableError, TuningTable, load_table, variant_order
 

@@ -19,7 +19,7 @@ import tiling_model.simulate as sim
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict
 from tiling_model.cost import kinds_of
 from tiling_model.kernels import bce_grad_kernel
-from tiling_model.search import refit
+from tiling_model.pick import refit
 from tiling_model.space import ScoredSpace, enumerate_space, score_space
 
 

@@ -24,14 +24,14 @@ import numpy as np
 import optuna
 
 from tiling_model import TilingParams, load_soc
-from tiling_model.search import refit
+from tiling_model.pick import refit
 from tiling_model.space import score_space
 from tuner.key import StudyKey
 from tuner.learning import Learner
-from tuner.search_space import SearchSpace
 from tuner.study import tune
 from tuner.sweep import sweep_keys
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
+from tuner.trial_space import TrialSpace
 
 SOC = "Ascend910B2"
 SIZES = tuple(4**k for k in range(5, 14))  # 1 Ki .. 64 Mi
@@ -70,7 +70,7 @@ def model_best(keys: list[StudyKey], device: SyntheticDevice) -> list[float]:
     """The shipped model's best, no trial: its true regret per key."""
     out = []
     for key in keys:
-        scored = score_space(SearchSpace(device.soc, key.variant).kernel, device.soc, key.size)
+        scored = score_space(TrialSpace(device.soc, key.variant).kernel, device.soc, key.size)
         best, _ = device.optimum(key.variant, key.size)
         out.append(device.true_us(key.variant, key.size, scored.params(scored.best_index())) / best - 1.0)
     return out

@@ -25,7 +25,7 @@ from service.answers import CachedAnswers, Query
 from service.config import SHIPPED_TABLES
 from tiling_model import compute_tiling, known_socs, load_soc, predict_detail
 from tiling_model.kernels import elementwise_kernel
-from tiling_model.search import _best_params
+from tiling_model.pick import _best_params
 from tiling_model.tables import load_table
 from tiling_model.tiling import tile_kernel
 from tiling_model.variant import Variant, broadcast_of

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tiling_model.errors import BadRequest, InvalidTiling, TableError
-from tiling_model.search import model_best, refit_tiling
+from tiling_model.pick import model_best, refit_tiling
 from tiling_model.soc import SocProfile, known_socs, load_soc
 from tiling_model.tables import TuningTable, load_table
 from tiling_model.tiling import TilingData, TilingError, TilingParams, compute_tiling, default_tile_bytes, element_count

@@ -15,7 +15,7 @@ from tuner.backends import Backend
 from tuner.key import StudyKey
 from tuner.protocol import MeasurementProtocol, needs_flush
 from tuner.race import RacePlan
-from tuner.search_space import SearchSpace
+from tuner.trial_space import TrialSpace
 
 FLUSH_BYTES = 256 * 2**20  # what NpuBackend writes to evict L2 (kernel.npu.L2_FLUSH_BYTES)
 HOST_US = 40.0  # a launch and its event synchronisation on the host, per sample (torch_npu, measured order)
@@ -45,7 +45,7 @@ def estimate(
     total_samples, total_us = 0, 0.0
     for key in keys:
         soc = load_soc(key.soc)
-        space = SearchSpace(soc, key.variant)
+        space = TrialSpace(soc, key.variant)
         scored = score_space(space.kernel, soc, key.size, top=1)
         i = scored.best_index()
         kernel_us = float(scored.result.predicted_us[i])

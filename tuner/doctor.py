@@ -42,7 +42,7 @@ from tiling_model import (
     load_soc,
 )
 from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES
-from tiling_model.search import refit
+from tiling_model.pick import refit
 from tiling_model.tables import load_table
 from tiling_model.variant import operand_shape
 from tuner.sweep import TABLES_DIR

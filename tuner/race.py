@@ -29,7 +29,7 @@ from tiling_model.correction import align_class, block_class
 from tiling_model.space import ScoredSpace, score_space
 from tuner.backends import Backend
 from tuner.learning import DeviceModel
-from tuner.search_space import SearchSpace
+from tuner.trial_space import TrialSpace
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def _signature(block: int, bn: int, tile: int, cores: int, n_cores: int) -> tupl
 class KeyModel:
     """The sweep's model of the device for one key, corrected by the key's own measurements."""
 
-    def __init__(self, space: SearchSpace, model: DeviceModel, n: int, plan: RacePlan) -> None:
+    def __init__(self, space: TrialSpace, model: DeviceModel, n: int, plan: RacePlan) -> None:
         self.space, self.plan, self.sigma = space, plan, model.sigma
         self.scored: ScoredSpace = score_space(space.kernel, model.profile, n)
         self.base = np.log(self.scored.result.predicted_us)
@@ -227,7 +227,7 @@ Measure = Callable[[TilingParams], Entrant | None]
 
 
 def search(
-    space: SearchSpace,
+    space: TrialSpace,
     n: int,
     model: DeviceModel,
     budget: int,
@@ -297,7 +297,7 @@ def search(
     return race(backend, field_, plan, warmup, flush, prior), list(measured.values()), band
 
 
-def _tpe(space: SearchSpace, measured: list[Entrant], seed: int) -> optuna.Study:
+def _tpe(space: TrialSpace, measured: list[Entrant], seed: int) -> optuna.Study:
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=0))
     dists = space.distributions()
     for e in measured:
@@ -307,7 +307,7 @@ def _tpe(space: SearchSpace, measured: list[Entrant], seed: int) -> optuna.Study
     return study
 
 
-def entrant_of(space: SearchSpace, n: int, params: TilingParams, samples: list[float]) -> Entrant:
+def entrant_of(space: TrialSpace, n: int, params: TilingParams, samples: list[float]) -> Entrant:
     t = compute_tiling([n], space.variant, params, space.soc)
     real = TilingParams(t.params.block_bytes, t.params.buffer_num, t.params.tile_bytes, t.params.core_num)
     return Entrant(real, t, list(samples))

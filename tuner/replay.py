@@ -26,7 +26,7 @@ from tiling_model.correction import align_class, block_class
 from tiling_model.space import score_space
 from tuner.key import StudyKey
 from tuner.learning import Learner
-from tuner.search_space import SearchSpace
+from tuner.trial_space import TrialSpace
 
 
 @dataclass
@@ -64,7 +64,7 @@ class ReplayDevice:
     def optimum(self, variant: Variant, n: int) -> float:
         """The best replayed time over the whole space of a key (each configuration: the model times the
         residual of its nearest recorded one)."""
-        space = SearchSpace(self.soc, variant)
+        space = TrialSpace(self.soc, variant)
         scored = score_space(space.kernel, self.profile, n)
         pred = scored.result.predicted_us
         group = self.recorded.get((variant.label(), n), [])

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from tiling_model import compute_tiling, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
-from tiling_model.search import refit
+from tiling_model.pick import refit
 from tiling_model.space import score_space
 from tiling_model.tables import TuningTable, variant_order
 

@@ -42,7 +42,7 @@ from tuner.protocol import (
 )
 from tuner.race import Entrant, RacePlan, entrant_of, search
 from tuner.records import RecordLog
-from tuner.search_space import SearchSpace
+from tuner.trial_space import TrialSpace
 
 #: The model's best configurations enqueued as the first trials after the seed default.
 MODEL_SEEDS = 3
@@ -115,7 +115,7 @@ def _claim_or_reuse(trial: optuna.Trial, study: optuna.Study, real: list[int]) -
 
 def _objective(  # noqa: ANN202
     key: StudyKey,
-    space: SearchSpace,
+    space: TrialSpace,
     backend: Backend,
     study: optuna.Study,
     protocol: MeasurementProtocol,
@@ -183,7 +183,7 @@ def value_of(trial: optuna.trial.FrozenTrial) -> float:
 
 
 def confirm_winner(
-    study: optuna.Study, key: StudyKey, space: SearchSpace, backend: Backend, protocol: MeasurementProtocol
+    study: optuna.Study, key: StudyKey, space: TrialSpace, backend: Backend, protocol: MeasurementProtocol
 ) -> tuple[optuna.trial.FrozenTrial, float, float]:
     """Winner, its time and spread. A timed backend re-measures the top candidates interleaved;
     candidates statistically tied with the fastest are resolved by ``robust_order``. The
@@ -287,7 +287,7 @@ def tune(
         raise ValueError(f"unknown strategy {strategy!r}: race or tpe")
     protocol = protocol or MeasurementProtocol()
     soc = load_soc(key.soc)
-    space = SearchSpace(soc, key.variant)
+    space = TrialSpace(soc, key.variant)
     sampler = optuna.samplers.TPESampler(seed=key.seed(), multivariate=True, n_startup_trials=10)
     seeds = [space.default_point(), *space.model_best_points(key.size, MODEL_SEEDS)]
     try:  # creating the study is atomic in the database: only its creator seeds it
@@ -386,7 +386,7 @@ def _tune_race(
     timed again and every worker reads the same."""
     plan = plan or RacePlan()
     soc = load_soc(key.soc)
-    space = SearchSpace(soc, key.variant)
+    space = TrialSpace(soc, key.variant)
     model = model or DeviceModel(soc, PRIOR_SIGMA)
     name = key.study_name(backend.name)
     try:

@@ -68,7 +68,7 @@ inline bool BufferNumAllowed(const cost::KernelModel& k, int64_t bufferNum) {
 /**
  * The knobs the build uses for n elements: the tuned entry's where it was tuned at n; at any other
  * size, or for a weight form served from the full weight's entries (seeded), its BUFFER_NUM with the
- * block size, core count and tile the model finds fastest at n (the service's policy, search.refit);
+ * block size, core count and tile the model finds fastest at n (the service's policy, pick.refit);
  * the entry's own knobs if no tile of that BUFFER_NUM fits; the scheme's defaults (all 0) where no
  * entry applies. refitted says whether the model chose.
  */

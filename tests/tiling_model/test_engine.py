@@ -19,7 +19,7 @@ import tiling_model.simulate as sim
 from tiling_model import SocProfile, TilingParams, Variant, _engine, compute_tiling, engine, load_soc
 from tiling_model.correction import KnobCorrection
 from tiling_model.cost import engine_kinds, exact_bytes_moved, kinds_of, predict_detail
-from tiling_model.search import model_best
+from tiling_model.pick import model_best
 from tiling_model.simulate import SteadyL2
 from tiling_model.space import BLOCK_CHOICES, ScoredSpace, enumerate_space, score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingError

@@ -16,10 +16,10 @@ from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predic
 from tiling_model.tables import load_table
 from tuner.backends import ModelBackend
 from tuner.key import StudyKey
-from tuner.search_space import SearchSpace
 from tuner.storage import open_storage
 from tuner.study import tune
 from tuner.sweep import run_sweep, sweep_keys
+from tuner.trial_space import TrialSpace
 
 pytestmark = pytest.mark.slow  # the tuner's CLI: sweeps, merges, rebaselines in subprocesses
 
@@ -46,7 +46,7 @@ def storage(tmp_path: Path) -> optuna.storages.RDBStorage:
 def test_space_only_proposes_valid_configurations() -> None:
     soc = load_soc("Ascend910B2")
     for dtype, reduction, weight in [("float32", "none", True), ("float16", "mean", False), ("int16", "none", True)]:
-        space = SearchSpace(soc, Variant(dtype, reduction, weight))
+        space = TrialSpace(soc, Variant(dtype, reduction, weight))
         study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
         for _ in range(200):
             trial = study.ask()

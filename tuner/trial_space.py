@@ -19,7 +19,7 @@ from tiling_model.tiling import KNOB_NAMES, resolve_params
 
 
 @dataclass(frozen=True)
-class SearchSpace:
+class TrialSpace:
     soc: SocProfile
     variant: Variant
 
