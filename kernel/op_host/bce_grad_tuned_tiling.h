@@ -60,9 +60,10 @@ inline const tuned::Entry* LookupTuned(const char* soc, const Variant& v, int64_
     return r == nullptr ? nullptr : EntryFor(*r, n);
 }
 
-/** The UB plan's queue count allows this BUFFER_NUM (ElementwiseKernel.allowed_buffer_nums). */
+/** The UB plan's queue count allows this BUFFER_NUM (ElementwiseKernel.allowed_buffer_nums), a scalar queue
+ *  a VECIN queue as ComputeTiling and validate.py count it (no exported kernel has one today). */
 inline bool BufferNumAllowed(const cost::KernelModel& k, int64_t bufferNum) {
-    return std::max(k.fullInputs, k.outputs) * bufferNum <= kMaxBuffersPerPosition;
+    return std::max(k.fullInputs + (k.scalarQueueBytes > 0 ? 1 : 0), k.outputs) * bufferNum <= kMaxBuffersPerPosition;
 }
 
 /**
