@@ -101,6 +101,7 @@ class _Server:
         self.trusted = TrustedProxies(settings.forwarded_allow_ips)
         self.max_header_bytes = settings.max_header_bytes
         self.max_body_bytes = settings.max_body_bytes
+        self.too_large_body = too_large(settings.max_body_bytes)  # the 413's body, made once
         self.request_timeout_s = settings.request_timeout_s
         self.send_timeout_s = settings.send_timeout_s
         self.per_address_connections = settings.per_address_connections
@@ -281,10 +282,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _linger(self, payload: bytes, retry_after_s: float) -> None:
         """Write ``payload`` (a refusal closing the connection), read nothing more, and close the connection a
-        random 0.5-1 of ``retry_after_s`` later: a client that reconnects at once
-        waits in its own socket meanwhile, and one that sent more than is read (a body refused unread) reads
-        its answer before the close resets the connection. At most MAX_LINGERING at once (each holds a
-        descriptor); past it the connection closes at once."""
+        random 0.5-1 of ``retry_after_s`` later: a client that reconnects at once waits in its own socket
+        meanwhile, and one that sent more than is read (a body refused unread) reads its answer before the
+        close resets the connection. At most MAX_LINGERING at once (each holds a descriptor); past it the
+        connection closes at once."""
         self._refused = True
         self._disarm()
         self.shared.closing.add(self)
@@ -413,7 +414,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         shared = self.shared
         length = next((value for name, value in self.headers if name == b"content-length"), b"")
         if length.isdigit() and int(length) > shared.max_body_bytes:  # refused before its body is read
-            raise _Refuse(413, f"request body is over {shared.max_body_bytes} bytes", too_large(shared.max_body_bytes))
+            raise _Refuse(413, f"request body is over {shared.max_body_bytes} bytes", shared.too_large_body)
         cap = self.connection_cap
         at_cap = cap is not None and not self._served and len(self.connections) - len(shared.closing) >= cap
         if at_cap and not self._evict_idle():
