@@ -7,8 +7,9 @@ closed 0.1 s later, as a client that navigates away), distinct explanations, dis
 waiting for their answers and ignoring Retry-After), 1,000 idle connections that reconnect when closed,
 1,900-item batches (refused: too long), batches whose first item is refused (255 more parsed), 400
 connections sending a body a byte a second, 1,000 connections with a request's headers half sent, or 200
-connections of pictures each naming another client in X-Forwarded-For. Each victim run is side by side
-with the victim alone in the same process run; the targets: the victim keeps >= 80% of its throughput
+connections of pictures each naming another client in X-Forwarded-For. Each row's victim runs twice on
+that row's fresh server: alone, then beside its attacker (side by side: the host's speed drifts between
+rows by a third on a shared VM); the targets: the victim keeps >= 80% of its throughput
 and its p99 stays under 50 ms. ``--proxy``: every client goes through nginx (deploy/nginx/bcetune.conf,
 the production deployment) in front of the service, which believes its X-Forwarded-For.
 
@@ -415,14 +416,10 @@ def main() -> int:
           f"{'non-200':>8}{'busy s':>7}{'GC max':>9}{'RSS MiB':>8}  attacker saw")  # fmt: skip
     mixes = ("cached", "distinct") if a.mix == "both" else (a.mix,)
     for mix in () if a.overload_only else mixes:
-        server, url, _ = fresh_server()
-        try:
-            alone = victim_run(url, mix)
-        finally:
-            stop(server)
         for kind, conns in attacks:
             server, url, port = fresh_server()
             try:
+                alone = victim_run(url, mix)  # side by side: the same server, just before its attack
                 attacker = start_attacker(kind, conns, a.seconds + 1, port, niced=client_cpus is not None)
                 time.sleep(1.0)  # the attack is under way when the victim starts
                 r = victim_run(url, mix)
