@@ -2,7 +2,8 @@
 operator runs it (run_proxy.py includes the shipped file unchanged but for its ports). The real nginx,
 real HTTP: answers pass through byte for byte, the client's address is the proxy's word (a client's own
 X-Forwarded-For is replaced), an address past its requests in progress gets 429 with Retry-After, its
-expensive requests past their burst wait their turn, a slow client is cut off by nginx, and the attack benchmark runs through it and against the bare service with no 5xx."""
+expensive requests past their burst wait their turn, a slow client is cut off by nginx, and the attack
+benchmark runs through it and against the bare service with no 5xx."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def test_an_address_past_its_requests_in_progress_gets_the_proxys_429_with_retry
     try:
         for _ in range(128):
             s = socket.create_connection(("127.0.0.1", proxied.port), source_address=("127.0.0.4", 0))
-            s.sendall(b"POST /tiling HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n{")
+            s.sendall(b"POST /tiling HTTP/1.1\r\nHost: x\r\nContent-Length: 60\r\n\r\n{")
             held.append(s)
         time.sleep(0.3)  # every one of them read by nginx
         transport = httpx.HTTPTransport(local_address="127.0.0.4")
