@@ -11,18 +11,26 @@ run a case the loss uses PyTorch's own backward and says so once (:class:`Fallba
 operator and its registrations live in ``kernel.torch_op``.
 """
 
-from kernel.torch_op import (
-    BCELoss,
-    BCEWithLogitsLoss,
-    FallbackWarning,
-    OpTiling,
-    binary_cross_entropy,
-    binary_cross_entropy_with_logits,
-    cache_info,
-    explain,
-    load_npu,
-    reload_tables,
-)
+from tiling_model.extras import missing_extra
+
+try:
+    from kernel.torch_op import (
+        BCELoss,
+        BCEWithLogitsLoss,
+        FallbackWarning,
+        OpTiling,
+        binary_cross_entropy,
+        binary_cross_entropy_with_logits,
+        cache_info,
+        explain,
+        load_npu,
+        reload_tables,
+    )
+except ModuleNotFoundError as e:  # the serving install has neither torch nor the CPU twin's ml_dtypes
+    line = missing_extra(e, "bcetune.torch")
+    if line is None:
+        raise
+    raise ModuleNotFoundError(line, name=e.name) from e
 
 __all__ = [
     "BCELoss",

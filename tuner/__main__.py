@@ -1,5 +1,15 @@
 import sys
 
-from tuner.cli import main
+from tiling_model.extras import missing_extra
 
-sys.exit(main())
+try:
+    from tuner.cli import main
+
+    code = main()
+except ModuleNotFoundError as e:  # the serving install has no optuna, scipy or the CPU twin's ml_dtypes
+    line = missing_extra(e, "python -m tuner")
+    if line is None:
+        raise
+    print(line, file=sys.stderr)
+    code = 2
+sys.exit(code)

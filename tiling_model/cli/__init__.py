@@ -7,11 +7,13 @@ drive the cost model (model_cmds); ``args`` holds the argument parsing they shar
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from tiling_model.cli.args import Parser
 from tiling_model.cli.model_cmds import add_model_commands, run_model_command
 from tiling_model.cli.tiling_cmd import add_tiling_command, run_tiling_command
+from tiling_model.extras import missing_extra
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "tiling":
-        return run_tiling_command(args)
-    return run_model_command(args)
+    try:
+        if args.command == "tiling":
+            return run_tiling_command(args)
+        return run_model_command(args)
+    except ModuleNotFoundError as e:  # calibrate's scipy, plots' matplotlib: not in every install
+        line = missing_extra(e, f"python -m tiling_model {args.command}")
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
