@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 SHELL := bash
-.PHONY: run test test-fast lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-torch-op bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
+.PHONY: run dev test test-fast lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-torch-op bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
 
 # the cost model's engine, compiled into tiling_model._engine when the package is installed
 ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp tiling_model/include/bce_grad_cost_model.h
@@ -25,10 +25,16 @@ $(STAMP): pyproject.toml $(ENGINE_SOURCES)
 
 # serving only (what the Docker image holds too)
 $(RUN_STAMP): pyproject.toml $(ENGINE_SOURCES)
+	@echo "==> make run: installing what serving needs into $(VENV) (about 20 s the first time: the engine's C++ build)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e .
 	touch $(RUN_STAMP)
+
+# everything a user runs without the test suite: the tuner, calibration, the CPU twin, bcetune.torch
+# (the same install as make test's; `pip install -e '.[tune]'` or `'.[torch]'` for a part of it)
+dev: $(STAMP)
+	@echo "==> installed into $(VENV): source $(VENV)/bin/activate, then python -m tuner, python -m tiling_model, bcetune.torch"
 
 run: $(RUN_STAMP)
 	$(PY) -m service --host $(HOST) --port $(PORT)
