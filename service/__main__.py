@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.check()
         load_snapshot(settings.tables_dir)  # fail here, once, with the file and the problem named
     except (TableError, ValueError) as e:
-        print(f"python -m service: error: {e}", file=sys.stderr)
+        print(f"python -m service: error: {e}{_tables_origin(argv, settings.tables_dir)}", file=sys.stderr)
         return 2
     os.environ.update(settings.to_env())
     uvicorn.run(
@@ -179,6 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         forwarded_allow_ips=settings.forwarded_allow_ips or None,
     )
     return 0
+
+
+def _tables_origin(argv: Sequence[str] | None, tables: Path) -> str:
+    """Where the tables directory came from, for an error about it: the flag, the environment or the
+    default (a path a user never typed is otherwise a puzzle)."""
+    given = sys.argv[1:] if argv is None else argv
+    if any(x == "--tables" or x.startswith("--tables=") for x in given):
+        return " (from --tables)"
+    if os.environ.get("BCETUNE_TABLES"):
+        return f" (from BCETUNE_TABLES={os.environ['BCETUNE_TABLES']})"
+    return f" (the shipped tables, {tables}: is the checkout whole?)"
 
 
 if __name__ == "__main__":

@@ -39,7 +39,9 @@ def shipped_tables_dir() -> Path:
 def load_tables(directory: Path) -> dict[str, TuningTable]:
     """Every ``<SoC>.json`` table in ``directory``, by SoC; TableError naming a bad file or directory."""
     if not directory.is_dir():
-        raise TableError(f"{directory}: tables directory does not exist (bcetune's own: {shipped_tables_dir()})")
+        origin = f"${TABLES_ENV}" if os.environ.get(TABLES_ENV) else "bcetune's own tables"
+        raise TableError(f"{directory}: tables directory does not exist (the default here: {origin}, "
+                         f"{shipped_tables_dir()})")  # fmt: skip
     out = {}
     for path in sorted(directory.glob("*.json")):
         if path.stem not in known_socs():

@@ -90,7 +90,7 @@ def test_violations_are_reported_not_hidden() -> None:
     "args,needle",
     [
         (["--shape", "-4", "--dtype", "float32"], "shape[0] is negative"),
-        (["--shape", "4,x", "--dtype", "float32"], "comma-separated integers"),
+        (["--shape", "4,x", "--dtype", "float32"], "integers separated by ',' or 'x'"),
         (["--shape", "4", "--dtype", "float64"], "invalid choice: 'float64'"),
         (["--shape", "4", "--dtype", "int32", "--reduction", "mean"], "supports reduction 'none' only"),
         (["--shape", "4", "--dtype", "float32", "--reduction", "max"], "invalid choice: 'max'"),
@@ -108,6 +108,14 @@ def test_bad_input_exits_nonzero_with_one_line(args: list[str], needle: str) -> 
     assert needle in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("text", ["1024x1000", "[1024, 1000]", "1024 1000"])
+def test_the_cli_takes_a_shape_as_the_explorer_does(text: str) -> None:
+    """1024x1024 (the explorer's and the docs' spelling) is 1024,1024, not a refusal."""
+    from tiling_model.cli.args import parse_shape
+
+    assert parse_shape(text) == parse_shape("1024,1000") == [1024, 1000]
 
 
 def test_block_bytes_must_be_a_multiple_of_32() -> None:

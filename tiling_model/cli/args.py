@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeAlias
 
@@ -45,12 +46,16 @@ def positive_int(text: str) -> int:
 
 
 def parse_shape(text: str) -> list[int]:
-    if text.strip() == "":
+    """``1024,1024``, ``1024x1024``, ``[1024, 1024]`` or ``1024 1024``: what the explorer accepts."""
+    t = text.strip().removeprefix("[").removesuffix("]").strip()
+    if t == "":
         return []
     try:
-        dims = [int(x) for x in text.split(",")]
+        dims = [int(x) for x in re.split(r"[,x\s]+", t)]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"shape must be comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"shape must be integers separated by ',' or 'x' (1024,1024 or 1024x1024), got {text!r}"
+        ) from None
     return dims
 
 
