@@ -124,7 +124,7 @@ def add_model_commands(sub: SubParsers) -> None:
     g = sub.add_parser("plot", help="predicted time and fraction of roofline against size (PNG)")
     g.add_argument("--soc", action="append", help="SoC (repeatable; default all)")
     g.add_argument("--dtypes", default=",".join(DTYPES))
-    g.add_argument("--out-dir", type=Path, default=Path("docs"))
+    g.add_argument("--out-dir", type=Path, default=Path("plots"), help="where the PNGs go (the docs' own: docs)")
 
 
 def _kernel_from_args(a: argparse.Namespace) -> ElementwiseKernel:
