@@ -25,7 +25,18 @@ from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
 from tuner.study import requirement_tiling
-from tuner.sweep import DEFAULT_SIZES, DEFAULT_TRIALS, TABLES_DIR, merge, rebaseline, regate, run_sweep, sweep_keys
+from tuner.sweep import (
+    DEFAULT_SIZES,
+    DEFAULT_TRIALS,
+    TABLES_DIR,
+    SweepRun,
+    merge,
+    rebaseline,
+    regate,
+    run_sweep,
+    sweep_keys,
+    sweep_settings,
+)
 
 
 def _sizes(text: str) -> list[int]:
@@ -199,6 +210,8 @@ def _replay(args: argparse.Namespace) -> int:
         device = replay_device(args.records, args.soc)
     except CalibrationError as e:
         return _error(e)
+    print(f"replaying {len(args.strategies)} strategies x {len(args.budgets)} budgets on {len(device.keys)} recorded "
+          "keys (each a search against the records; tens of seconds)...", file=sys.stderr, flush=True)  # fmt: skip
     rows = replay(device, args.strategies, args.budgets, args.seed)
     if args.json:
         print(json.dumps({"soc": device.soc.name, "keys": len(device.keys), "rows": rows, "answered": device.answered}))
@@ -298,14 +311,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:
             raise ValueError("patience must be >= 0")
+        settings = sweep_settings(
+            args.trials, args.backend, noise=args.noise, outlier_rate=args.outlier_rate, seed=args.seed,
+            device=args.device, warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top,
+            strategy=args.strategy, patience=args.patience, learn=not args.no_learn,
+        )  # fmt: skip
+        outcome = SweepRun()
         table = run_sweep(
             keys, backend, storage, args.trials, out, not args.no_progress, protocol, args.patience, records,
-            learn=False if args.no_learn else None, strategy=args.strategy,
+            learn=False if args.no_learn else None, strategy=args.strategy, settings=settings,
+            storage_text=f"--storage {args.storage}", outcome=outcome,
         )  # fmt: skip
     except (ValueError, NpuUnavailable, KernelBuildError) as e:
         return _error(e)
     except GateFailure as e:
         return _error(e, 1)
     took = time.perf_counter() - start
-    print(f"wrote {out}: {len(table.entries)} entries, {args.trials} trials each, {took:.1f} s")
+    print(f"wrote {out}: {len(table.entries)} entries, {args.trials} trials each ({outcome.text()}), {took:.1f} s")
     return 0

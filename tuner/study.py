@@ -159,12 +159,34 @@ def robust_order(attrs: dict) -> tuple[int, int, int, int]:
     return (attrs["buffer_num"] < 2, attrs["buffer_num"], -attrs["tile_bytes"], -attrs["core_num"])
 
 
+def counted_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study's completed trials that make its entry: its first ``trials`` (the study's "trials" attr)
+    by number. Workers sharing a study can each start a trial the moment before it has enough (Optuna's
+    MaxTrialsCallback counts, it does not lock): the ones past the count are measured and kept, but every
+    worker builds the entry from the same ``trials`` trials."""
+    done = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.number)
+    wanted = study.user_attrs.get("trials")
+    return done[:wanted] if isinstance(wanted, int) and wanted > 0 else done
+
+
+def _wait_for_running(study: optuna.Study, trials: int, limit_s: float = 600.0) -> None:
+    """Until the study has ``trials`` completed trials or none running (another worker's last trial):
+    then every worker reads the same first ``trials``."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        got = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        complete = sum(t.state == TrialState.COMPLETE for t in got)
+        if complete >= trials or complete == len(got):
+            return
+        time.sleep(0.2)
+
+
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     """Fastest trial, preferring the seeded ones (the default and the model's picks, enqueued first):
     a searched trial wins only by beating every seeded one by more than 0.1%. Trials within 0.1% of
     the fastest are tied and resolved by ``robust_order``, then the faster, then the earlier trial.
     So the same study run by one worker or several, whatever the interleaving, picks the same."""
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    done = counted_trials(study)
     seeded = [t for t in done if "fixed_params" in t.system_attrs]
     pool = done
     if seeded:
@@ -191,11 +213,7 @@ def confirm_winner(
     if backend.deterministic:
         best = best_trial(study)
         return best, value_of(best), 0.0
-    done = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if "duplicate_of" not in t.user_attrs
-    ]
+    done = [t for t in counted_trials(study) if "duplicate_of" not in t.user_attrs]
     top = sorted(done, key=lambda t: (value_of(t), t.number))[: protocol.confirm_top]
     tilings = [compute_tiling([key.size], key.variant, TilingParams(*_params_of(t)), space.soc) for t in top]
     ms = remeasure_interleaved(backend, tilings, protocol)
@@ -272,8 +290,10 @@ def tune(
     model: DeviceModel | None = None,
     strategy: str = "auto",
     plan: RacePlan | None = None,
+    settings: dict[str, object] | None = None,
 ) -> TableEntry:
     """Run (or resume) the study of ``key`` up to ``trials`` measured configurations; return its entry.
+    ``settings``: the sweep's (``tuner.sweep.sweep_settings``), stored with a study it creates.
 
     ``strategy``: ``race`` (timed backends' default: the device model's candidates raced under noise,
     then TPE; ``model``: what the sweep has learnt of the device, the shipped profile without one) or
@@ -282,7 +302,9 @@ def tune(
     if strategy == "auto":
         strategy = "tpe" if backend.deterministic else "race"
     if strategy == "race":
-        return _tune_race(key, backend, storage, trials, protocol or MeasurementProtocol(), records, model, plan)
+        return _tune_race(
+            key, backend, storage, trials, protocol or MeasurementProtocol(), records, model, plan, settings
+        )
     if strategy != "tpe":
         raise ValueError(f"unknown strategy {strategy!r}: race or tpe")
     protocol = protocol or MeasurementProtocol()
@@ -297,10 +319,15 @@ def tune(
         for point in seeds:
             study.enqueue_trial(point)
         study.set_user_attr("key", key_attrs(key))
+        study.set_user_attr("trials", trials)
+        if settings is not None:
+            study.set_user_attr("sweep", settings)
         study.set_user_attr("seeded", True)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=key.study_name(backend.name), storage=storage, sampler=sampler)
         _ensure_seeded(study, seeds)
+        if study.user_attrs.get("trials") != trials:  # resumed for another count (the CLI refuses that)
+            study.set_user_attr("trials", trials)
     remaining = trials - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
     if remaining > 0:
         # several workers share the study: stop when the study, not this worker, has enough trials
@@ -311,6 +338,8 @@ def tune(
             catch=(MeasurementError,),
             callbacks=[enough] + ([_Patience(patience)] if patience > 0 else []),
         )
+    if patience <= 0:
+        _wait_for_running(study, trials)
     best, tuned_us, spread_us = confirm_winner(study, key, space, backend, protocol)
     seed_tiling = seed_default_tiling(key, soc)
     params = dict(zip(KNOB_NAMES, _params_of(best), strict=True))
@@ -320,7 +349,7 @@ def tune(
         params=params,
         tuned_us=round(tuned_us, 4),
         seed_default_us=round(measure(backend, seed_tiling, protocol).median_us, 4),
-        trials=len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
+        trials=len(counted_trials(study)),
         spread_us=round(spread_us, 4),
     )
 
@@ -379,6 +408,7 @@ def _tune_race(
     records: RecordLog | None,
     model: DeviceModel | None,
     plan: RacePlan | None,
+    settings: dict[str, object] | None = None,
 ) -> TableEntry:
     """``tune`` with the race (tuner.race) on a timed backend. Each configuration's first measurement is a
     trial of the key's study (its samples, the shipped model's and the device model's predictions beside
@@ -394,6 +424,8 @@ def _tune_race(
         study.set_user_attr("heartbeat", time.time())  # first: a study without one is read as being created
         study.set_user_attr("key", key_attrs(key))
         study.set_user_attr("strategy", "race")
+        if settings is not None:
+            study.set_user_attr("sweep", settings)
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(study_name=name, storage=storage)
         if "entry" not in study.user_attrs and time.time() - _heartbeat(study) < STALE_S:

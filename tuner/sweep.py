@@ -6,7 +6,7 @@ import datetime as dt
 import platform
 import sys
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -148,6 +148,56 @@ def rebaseline(table: TuningTable) -> TuningTable:
     return replace(table, entries=entries)
 
 
+class SweepSettingsMismatch(ValueError):
+    """The storage holds studies of these keys made with other settings: resuming them would mix the two."""
+
+
+def sweep_settings(trials: int, backend: str, **knobs: object) -> dict[str, object]:
+    """What a study's entry depends on besides its key: the trial count, the backend and its noise, seed
+    and device, the measurement protocol, the strategy, and the kernel sources (their hash)."""
+    return {"trials": trials, "backend": backend, **knobs, "kernel_hash": kernel_source_hash()}
+
+
+def check_resumable(
+    store: optuna.storages.BaseStorage, keys: list[StudyKey], backend: str, settings: dict[str, object], where: str
+) -> tuple[int, int]:
+    """(studies finished, studies begun) among ``keys`` in the storage, or SweepSettingsMismatch naming
+    the first setting a stored study was made with that this sweep does not share (a study from before
+    settings were stored is taken as this sweep's)."""
+    names = {k.study_name(backend) for k in keys}
+    finished = begun = 0
+    for frozen in store.get_all_studies():
+        if frozen.study_name not in names:
+            continue
+        stored = frozen.user_attrs.get("sweep")
+        if isinstance(stored, dict):
+            differ = [f"{k}={stored.get(k)!r} (this run: {settings.get(k)!r})" for k in settings
+                      if stored.get(k) != settings.get(k)]  # fmt: skip
+            if differ:
+                raise SweepSettingsMismatch(
+                    f"{where} holds study {frozen.study_name} made with {', '.join(differ)}: run with its "
+                    "settings to resume it, or give another --storage (or remove that file) to start fresh"
+                )
+        done = store.get_all_trials(frozen._study_id, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        wanted = settings.get("trials")
+        finished += isinstance(wanted, int) and len(done) >= wanted or "entry" in frozen.user_attrs
+        begun += 1
+    return finished, begun - finished
+
+
+@dataclass
+class SweepRun:
+    """What a sweep did: its entries, and how many of its studies it found finished or begun in the storage."""
+
+    entries: int = 0
+    reused: int = 0
+    resumed: int = 0
+
+    def text(self) -> str:
+        new = max(self.entries - self.reused - self.resumed, 0)
+        return f"{self.reused} finished studies reused from the storage, {self.resumed} resumed, {new} run new"
+
+
 def run_sweep(
     keys: list[StudyKey],
     backend: Backend,
@@ -161,6 +211,9 @@ def run_sweep(
     learn: bool | None = None,
     strategy: str = "auto",
     plan: RacePlan | None = None,
+    settings: dict[str, object] | None = None,
+    storage_text: str = "the storage",
+    outcome: SweepRun | None = None,
 ) -> TuningTable:
     """Tune every key and write the table. On a timed backend (``learn``, the default there) the sweep
     learns the device as it goes: after every key the device model is refitted on every measurement in
@@ -175,6 +228,9 @@ def run_sweep(
     protocol = protocol or MeasurementProtocol()
     learn = (not backend.deterministic) if learn is None else learn
     store = optuna.storages.get_storage(storage) if isinstance(storage, str) else storage
+    reused = resumed = 0
+    if settings is not None:  # never resume studies made otherwise (a silent mix of two sweeps)
+        reused, resumed = check_resumable(store, keys, backend.name, settings, storage_text)
     learner = Learner(soc, store, backend.name) if learn else None
     clock = DeviceClock(backend)
     if not backend.deterministic:
@@ -185,7 +241,7 @@ def run_sweep(
 
     def run(key: StudyKey) -> None:
         model = learner.model() if learner else None
-        entry = tune(key, clock, store, trials, protocol, patience, records, model, strategy, plan)
+        entry = tune(key, clock, store, trials, protocol, patience, records, model, strategy, plan, settings)
         if learner:
             learner.study_done()
         try:  # no entry ships before the real kernel source ran it correctly in the CPU twin
@@ -234,4 +290,6 @@ def run_sweep(
     )
     if out is not None:
         write_table(table, out)
+    if outcome is not None:
+        outcome.entries, outcome.reused, outcome.resumed = len(table.entries), reused, resumed
     return table

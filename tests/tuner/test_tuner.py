@@ -155,6 +155,25 @@ def test_cli_sweep_and_bad_flags(tmp_path: Path) -> None:
         assert needle in r.stderr, (bad, r.stderr)
 
 
+def test_a_sweep_never_silently_resumes_studies_made_with_other_settings(tmp_path: Path) -> None:
+    """Run again on one storage: the same settings reuse the finished studies and say so; other trials or
+    noise are refused in one line naming the setting, and nothing is written."""
+    db, out = f"sqlite:///{tmp_path / 'db.sqlite'}", tmp_path / "t.json"
+    base = [sys.executable, "-m", "tuner", "sweep", "--soc", "Ascend910B4", "--dtypes", "float32", "--reductions",
+            "none", "--weights", "true", "--sizes", "4096,65536", "--storage", db, "--no-progress"]  # fmt: skip
+    first = subprocess.run([*base, "--trials", "5", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "0 finished studies reused from the storage, 0 resumed, 2 run new" in first.stdout, first.stdout
+    again = subprocess.run([*base, "--trials", "5", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "2 finished studies reused from the storage" in again.stdout, again.stdout
+    for changed, needle in ((["--trials", "7"], "trials=5 (this run: 7)"),
+                            (["--trials", "5", "--noise", "0.2"], "noise=0.0 (this run: 0.2)")):  # fmt: skip
+        other = tmp_path / "other.json"
+        r = subprocess.run([*base, *changed, "--out", str(other)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and needle in r.stderr and "another --storage" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and not other.exists()
+
+
 def test_ties_go_to_double_buffering_then_larger_tiles_then_more_cores() -> None:
     from tuner.study import best_trial
 
