@@ -446,6 +446,8 @@ def main(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -
     if args.plan:
         if args.plan not in known_socs():
             parser.error(f"unknown SoC {args.plan!r}; known: {', '.join(known_socs())}")
+        print(f"planning a device sweep of {args.plan}: its keys and what each costs (about 10 s)...", file=sys.stderr,
+              flush=True)  # fmt: skip
         print("\n".join(plan_lines(args.plan)))
         return 0
     env = dict(os.environ) if env is None else env
