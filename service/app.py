@@ -15,6 +15,7 @@ from importlib import metadata
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import logs
@@ -24,6 +25,7 @@ from service.errors import CatchAll, bcetune_error, validation_error
 from service.limits import BodyLimit
 from service.methods import HeadAndSlashes
 from service.metrics import Metrics, MetricsMiddleware
+from service.repeats import RepeatedBodies
 from service.routes import explorer, health, tables, tiling
 from service.routes import metrics as metrics_routes
 from service.scheduler import Admission, Disconnected, Refused, Scheduler, refusal_body
@@ -124,12 +126,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await asyncio.to_thread(scheduler.shutdown)
         metrics.unwatch_gc()
 
-    app = FastAPI(
+    # /docs and /redoc from the package's own copies of Swagger UI and ReDoc (fastapi-offline): FastAPI's
+    # default pages load them from a CDN, blank on a machine without internet
+    app = FastAPIOffline(
         title="bcetune",
         version=_version(),
         description="Tuned tilings for the Ascend C BinaryCrossEntropyGrad kernel on Ascend A2 NPUs.",
         lifespan=lifespan,
         redirect_slashes=False,  # HeadAndSlashes redirects, without echoing the Host header
+        static_url="/docs-static",
     )
     app.state.service = Service(store, metrics, settings, scheduler)  # what the routes' dependencies read
     for router in (tiling.router, explorer.router, tables.router, health.router, metrics_routes.router):
@@ -143,6 +148,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(Disconnected, gone)
     app.add_middleware(CatchAll)  # innermost: metrics count its 500s
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    # a repeated /tiling body: its answer's bytes again, nothing parsed
+    app.add_middleware(RepeatedBodies, store=store, metrics=metrics, max_body=settings.max_body_bytes)
     app.add_middleware(Admission, scheduler=scheduler)  # before a body is parsed or limited
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(HeadAndSlashes, routes=app.router.routes)  # outermost: HEAD is a GET from here on

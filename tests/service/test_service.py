@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,7 +58,14 @@ def test_health_ready_docs(server: Server) -> None:
         "status": "ready",
         "degraded": None,
     }
-    assert httpx.get(server.url + "/docs").status_code == 200
+    for page in ("/docs", "/redoc"):  # offline: every script and style sheet from the service itself
+        html = httpx.get(server.url + page)
+        assert html.status_code == 200
+        assets = re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', html.text)
+        assert assets and all(a.startswith("/docs-static/") for a in assets), assets
+        for a in assets:
+            got = httpx.get(server.url + a)
+            assert got.status_code == 200 and len(got.content) > 50_000, a
     spec = httpx.get(server.url + "/openapi.json").json()
     assert {"/tiling", "/tiling/batch", "/socs", "/tables", "/metrics", "/readyz"} <= set(spec["paths"])
     assert spec["components"]["schemas"]["TilingRequest"]["examples"]
