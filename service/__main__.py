@@ -94,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--cache-mb", type=int, default=env.cache_mb, help="answer cache bound per worker, MiB")
     parser.add_argument(
+        "--repeat-cache-mb", type=int, default=env.repeat_cache_mb,
+        help="repeated /tiling bodies' answers kept by their bytes per worker, MiB (0: off)",
+    )  # fmt: skip
+    parser.add_argument(
         "--forwarded-allow-ips",
         default=env.forwarded_allow_ips,
         help="proxies whose X-Forwarded-For names the client (comma-separated addresses or networks; default none)",
@@ -145,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         per_address_requests=a.per_address_requests,
         send_timeout_s=a.send_timeout,
         cache_mb=a.cache_mb,
+        repeat_cache_mb=a.repeat_cache_mb,
         forwarded_allow_ips=a.forwarded_allow_ips,
         heavy_workers=a.heavy_workers,
         per_client=a.per_client,

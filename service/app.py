@@ -148,8 +148,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(Disconnected, gone)
     app.add_middleware(CatchAll)  # innermost: metrics count its 500s
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    # a repeated /tiling body: its answer's bytes again, nothing parsed
-    app.add_middleware(RepeatedBodies, store=store, metrics=metrics, max_body=settings.max_body_bytes)
+    if settings.repeat_cache_mb:  # a repeated /tiling body: its answer's bytes again, nothing parsed
+        app.add_middleware(RepeatedBodies, store=store, metrics=metrics, max_body=settings.max_body_bytes,
+                           capacity_bytes=settings.repeat_cache_mb << 20)  # fmt: skip
     app.add_middleware(Admission, scheduler=scheduler)  # before a body is parsed or limited
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(HeadAndSlashes, routes=app.router.routes)  # outermost: HEAD is a GET from here on

@@ -36,6 +36,7 @@ class Settings:
     per_address_requests: int = 128  # requests in progress per client address, arriving ones too; 429 (0: none)
     send_timeout_s: float = 10.0  # answers left unread (socket buffer full) this long: the connection closes
     cache_mb: int = 64  # the answer cache's bound, MiB (answers and refusals counted in bytes)
+    repeat_cache_mb: int = 8  # repeated /tiling bodies' answers kept by their bytes (service.repeats), MiB; 0: off
     forwarded_allow_ips: str = ""  # proxies whose X-Forwarded-For is believed (comma-separated, "*"); none
     heavy_workers: int = 1  # worker processes for explanations and pictures (service.scheduler)
     per_client: int = 4  # explanations, pictures and batches one client address may have in flight; past it: 429
@@ -69,6 +70,7 @@ class Settings:
             per_address_requests=int(env.get("BCETUNE_PER_ADDRESS_REQUESTS", d.per_address_requests)),
             send_timeout_s=float(env.get("BCETUNE_SEND_TIMEOUT", d.send_timeout_s)),
             cache_mb=int(env.get("BCETUNE_CACHE_MB", d.cache_mb)),
+            repeat_cache_mb=int(env.get("BCETUNE_REPEAT_CACHE_MB", d.repeat_cache_mb)),
             forwarded_allow_ips=env.get("BCETUNE_FORWARDED_ALLOW_IPS", d.forwarded_allow_ips),
             heavy_workers=int(env.get("BCETUNE_HEAVY_WORKERS", d.heavy_workers)),
             per_client=int(env.get("BCETUNE_PER_CLIENT", d.per_client)),
@@ -103,6 +105,7 @@ class Settings:
             "BCETUNE_PER_ADDRESS_REQUESTS": str(self.per_address_requests),
             "BCETUNE_SEND_TIMEOUT": str(self.send_timeout_s),
             "BCETUNE_CACHE_MB": str(self.cache_mb),
+            "BCETUNE_REPEAT_CACHE_MB": str(self.repeat_cache_mb),
             "BCETUNE_FORWARDED_ALLOW_IPS": self.forwarded_allow_ips,
             "BCETUNE_HEAVY_WORKERS": str(self.heavy_workers),
             "BCETUNE_PER_CLIENT": str(self.per_client),
@@ -127,6 +130,8 @@ class Settings:
             raise ValueError("max active must be >= 1, the shedding wait and interval > 0 s")
         if self.cache_mb < 1:
             raise ValueError("the answer cache must have 1 MiB at least")
+        if self.repeat_cache_mb < 0:
+            raise ValueError("the repeat cache must be >= 0 MiB (0: off)")
         if self.per_address_connections < 0 or self.per_address_requests < 0 or self.send_timeout_s <= 0:
             raise ValueError("per-address connections and requests must be >= 0 (0: no limit), send timeout > 0 s")
         try:
