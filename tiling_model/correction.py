@@ -75,24 +75,33 @@ class KnobCorrection:
 
     @property
     def identity(self) -> bool:
-        return all(f == 1.0 for f in (*self.block, *self.buffer, *self.align))
+        """Every factor 1 (the core-count ones too: a correction of core counts alone is one)."""
+        return all(f == 1.0 for f in (*self.block, *self.buffer, *self.align, *self.cores))
 
-    def factor(self, block_bytes: int, buffer_num: int, tile_bytes: int) -> float:
-        """The correction of one configuration, multiplied as the engine multiplies it."""
+    def factor(self, block_bytes: int, buffer_num: int, tile_bytes: int, cores: int) -> float:
+        """The correction of one configuration (``cores``: the cores that run), multiplied as the engine
+        multiplies it."""
         return (
             self.block[block_class(block_bytes)]
             * self.buffer[buffer_class(buffer_num)]
             * self.align[align_class(tile_bytes)]
+            * self.cores[core_class(cores)]
         )
 
     def to_json(self) -> dict[str, list[float]]:
-        return {"block": list(self.block), "buffer": list(self.buffer), "align": list(self.align)}
+        """Every factor, the core counts' too (a table or profile carries the whole fit)."""
+        return {"block": list(self.block), "buffer": list(self.buffer), "align": list(self.align),
+                "cores": list(self.cores)}  # fmt: skip
 
     @classmethod
     def from_json(cls, doc: Any) -> KnobCorrection:
-        if not isinstance(doc, dict) or set(doc) != {"block", "buffer", "align"}:
-            raise ValueError("knob_correction must be an object with block, buffer and align factor lists")
-        return cls(tuple(map(float, doc["block"])), tuple(map(float, doc["buffer"])), tuple(map(float, doc["align"])))
+        """``to_json``'s document; one written before core counts were kept (no "cores") has factors of 1
+        for them, which is what it meant."""
+        if not isinstance(doc, dict) or set(doc) - {"cores"} != {"block", "buffer", "align"}:
+            raise ValueError("knob_correction must be an object with block, buffer, align (and cores) factor lists")
+        cores = tuple(map(float, doc["cores"])) if "cores" in doc else (1.0,) * CORE_CLASSES
+        return cls(tuple(map(float, doc["block"])), tuple(map(float, doc["buffer"])), tuple(map(float, doc["align"])),
+                   cores)  # fmt: skip
 
     def summary(self) -> dict[str, dict[str, float]]:
         """The factors that are not 1, by what they apply to (block bytes, buffers, alignment bytes)."""

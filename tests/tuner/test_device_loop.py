@@ -9,6 +9,7 @@ kernel) goes through the same path in CI."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -129,6 +130,11 @@ def test_the_exported_header_uses_the_devices_profile_and_correction(swept, tmp_
     export_header(tmp, out)
     text = out.read_text()
     assert "kSoc0CoreFactor" in text and "(fitted on the device)" in text
+    # the core-count factors the sweep fitted reach the build (they were dropped with the table's JSON)
+    fitted = profile_from_json(load_table(tmp / "Ascend910B2.json").device["profile"]).knob_correction
+    exported = re.search(r"kSoc0CoreFactor\[\] = \{([^}]*)\}", text)
+    assert exported and [float(x) for x in exported.group(1).split(",")] == pytest.approx(list(fitted.cores), rel=1e-9)
+    assert any(f != 1.0 for f in fitted.cores)
 
 
 def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
