@@ -131,9 +131,16 @@ def replay_device(paths: Sequence[Path], soc_name: str | None = None) -> ReplayD
     raw: list[dict] = []
     for path in paths:
         try:
-            raw += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        except (OSError, json.JSONDecodeError) as e:
+            lines = path.read_text().splitlines()
+        except OSError as e:
             raise CalibrationError(f"{path}: {e}") from None
+        for number, line in enumerate(lines, 1):  # each line its own document: its own line number
+            if not line.strip():
+                continue
+            try:
+                raw.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise CalibrationError(f"{path}: line {number}: not JSON ({e.msg})") from None
     socs = {str(r["soc"]) for r in raw if isinstance(r, dict) and r.get("soc")}
     if soc_name is None:
         if len(socs) != 1:
