@@ -28,7 +28,12 @@ class Estimate:
     seconds: float
 
     def text(self) -> str:
-        return f"about {self.samples} samples, {self.seconds:.0f} s of device time for {self.keys} keys"
+        return f"about {self.samples} samples, {_seconds(self.seconds)} of device time for {self.keys} keys"
+
+
+def _seconds(s: float) -> str:
+    """Seconds as a person reads them: 0.45 s, 12 s (not "0 s")."""
+    return f"{s:.2g} s" if s < 10 else f"{s:.0f} s"
 
 
 def flush_us(soc: SocProfile) -> float:
@@ -39,8 +44,9 @@ def estimate(
     keys: list[StudyKey], trials: int, protocol: MeasurementProtocol, plan: RacePlan | None = None
 ) -> Estimate:
     """Samples and seconds a race sweep of ``keys`` takes at most: every trial's first measurement and
-    warm-up, and a race of its contenders to their cap, each sample at the model's best time of its key
-    plus the flush (where one is needed) and the host's overhead."""
+    warm-up, a race of its contenders to their cap with a warm-up each round, and the seed default's own
+    measurement; each sample at the model's best time of its key plus the flush (where one is needed) and
+    the host's overhead (the kernel time is the model's: a device slower than its model spends more)."""
     plan = plan or RacePlan()
     total_samples, total_us = 0, 0.0
     for key in keys:
@@ -51,8 +57,13 @@ def estimate(
         kernel_us = float(scored.result.predicted_us[i])
         t = compute_tiling([key.size], key.variant, scored.params(i), soc)
         per = kernel_us + HOST_US + (flush_us(soc) if needs_flush(t, soc) else 0.0)
-        samples = trials * (plan.first_samples + protocol.warmup) + plan.contenders * (
-            plan.max_samples - plan.first_samples
+        raced = plan.max_samples - plan.first_samples
+        rounds = -(-raced // max(plan.round_samples, 1))
+        samples = (
+            trials * (plan.first_samples + protocol.warmup)  # each trial's first measurement
+            + plan.contenders * (raced + rounds * protocol.warmup)  # the race to the cap, a warm-up per round
+            + protocol.warmup
+            + protocol.repeats  # the seed default's own measurement, where no trial had it
         )
         total_samples += samples
         total_us += samples * per
