@@ -273,7 +273,7 @@ def test_losses_accept_exactly_pytorchs_weight_shapes() -> None:
 
 
 def test_cases_the_kernel_cannot_run_fall_back_to_pytorch_and_say_so_once() -> None:
-    torch_op._warned.clear()
+    torch_op.fallback._warned.clear()
     x = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
     y = torch.rand(3, 4, 5, dtype=torch.float64)
     with pytest.warns(torch_op.FallbackWarning, match="float64"):
@@ -302,7 +302,7 @@ def test_double_backward_is_pytorchs_and_said_so() -> None:
     y = torch.rand(5, 7)
     pw = torch.rand(7) + 0.5
     second = []
-    torch_op._warned.clear()
+    torch_op.fallback._warned.clear()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for fn in (torch_op.binary_cross_entropy_with_logits, F.binary_cross_entropy_with_logits):

@@ -114,6 +114,6 @@ def test_the_torch_operator_checks_pass_on_the_cpu_and_catch_a_wrong_gradient(mo
     _, failures = torch_op_failures(torch, "cpu")
     monkeypatch.setattr(cpu, "run_tiling", real_run)
     assert len(failures) == 30 and all("elements off the float64 backward" in f for f in failures)
-    monkeypatch.setattr(torch_op, "_cpu_compiler", False)
+    monkeypatch.setattr(torch_op.fallback, "_cpu_compiler", False)
     _, failures = torch_op_failures(torch, "cpu")
     assert len(failures) == 30 and all("the kernel does not run (no C++ compiler" in f for f in failures)
