@@ -6,7 +6,9 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import ValidationError
 
 from service.answers import Query
 from service.config import Settings
@@ -95,8 +97,14 @@ async def tiling_batch(batch: BatchRequest, service: ServiceDep, request: Reques
     budget = Budget(settings.batch_budget_s)
     clock = LoopClock.of(request)  # every item's loop time, the body's parse before them, is the share's
     cold = 0
-    for i, req in enumerate(batch.requests):
+    for i, raw in enumerate(batch.requests):
         left = budget.left
+        try:  # parsed in turn: a batch refused at an item never validates the items after it
+            req = TilingRequest.model_validate(raw)
+        except ValidationError as e:
+            raise RequestValidationError(
+                [{**err, "loc": ("body", "requests", i, *err["loc"])} for err in e.errors()]
+            ) from None
         try:
             out.append(answer(req, store, metrics, settings, budget))
         except (BadRequest, InvalidTiling) as e:

@@ -217,6 +217,11 @@ def test_batch_answers_in_order_like_single_requests(server: Server) -> None:
     assert too_many.status_code == 422 and "at most 256" in too_many.json()["detail"][0]["msg"]
     empty = server.post("/tiling/batch", {"requests": []})
     assert empty.status_code == 422
+    # items are validated in turn: one refused ends the batch before the next is even parsed (a batch that
+    # is refused at its first item costs its first item, not 256 validations)
+    first_refused = [{"shape": [1 << 30, 16], "dtype": "float32"}, {"shape": "not a shape", "dtype": 7}]
+    r = server.post("/tiling/batch", {"requests": first_refused})
+    assert r.status_code == 422 and [d["loc"][:3] for d in r.json()["detail"]] == [["body", "requests", 0]]
 
 
 def test_metrics_count_requests_sources_and_latency(server: Server) -> None:
