@@ -116,8 +116,8 @@ def compile_twin(entry: Path, out: Path, extra: tuple[str, ...] = ()) -> None:
     root = Path(str(resources.files("kernel")))
     cmd = [cxx, *CXXFLAGS, *extra, "-I", str(root / "cpu"), "-I", str(root / "op_kernel"), str(entry), "-o", str(out)]
     # a first use waits several seconds here: say so (once per build, on stderr; cached after)
-    print(f"bcetune: building the CPU twin ({out.name.split('-')[1]}, g++, several seconds the first time; cached "
-          f"in {cache_dir()})", file=sys.stderr, flush=True)  # fmt: skip
+    print(f"bcetune: building the CPU twin ({entry.name}, g++, several seconds; cached in {out.parent})",
+          file=sys.stderr, flush=True)  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise KernelBuildError(f"compiling {entry.name} against the CPU twin failed:\n{proc.stderr.strip()}")

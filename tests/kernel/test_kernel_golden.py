@@ -373,8 +373,12 @@ def cases(draw: st.DrawFn, dtypes: tuple[str, ...]) -> dict:
 
 
 def run_random(case: dict) -> None:
-    variant = Variant(case["dtype"], case["reduction"], case["weight"], case["pos_weight"], case["wrt"])
-    t = compute_tiling(list(case["shape"]), variant, case["params"], "Ascend910B2", case["scheme"])
+    # the tiling check_case runs: the weight's form as its operand broadcasts (a "scalar" weight of a
+    # one-element input is that input's full shape: three queues where the drawn form said two)
+    shape = tuple(case["shape"])
+    w = broadcast_of("weight", operand_shape(Variant("float32", weight=case["weight"]).weight, shape), shape)
+    variant = Variant(case["dtype"], case["reduction"], w.form, case["pos_weight"], case["wrt"])
+    t = compute_tiling(list(shape), variant, case["params"], "Ascend910B2", case["scheme"], w.period)
     if case["scheme"] == "exact" and case["params"] and case["params"].buffer_num:
         assume(case["params"].buffer_num in t.kernel.allowed_buffer_nums())
     if case["scheme"] == "exact":

@@ -31,6 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     srv.stop()
 
 
+@pytest.mark.slow  # a real server
 def test_a_repeated_body_gets_the_apps_answer_byte_for_byte_counted_under_tiling(server: Server) -> None:
     body = b'{"shape": [1048576], "dtype": "float16", "reduction": "mean"}'
     headers = {"content-type": "application/json"}
@@ -47,6 +48,7 @@ def test_a_repeated_body_gets_the_apps_answer_byte_for_byte_counted_under_tiling
     assert metric(after, served) - metric(before, served) == 3
 
 
+@pytest.mark.slow
 def test_a_refused_body_is_never_kept(server: Server) -> None:
     bad = b'{"shape": [1073741824, 16], "dtype": "float32"}'  # past device memory: 422
     before = httpx.get(server.url + "/metrics").text
