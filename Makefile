@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml $(ENGINE_SOURCES)
 
 # serving only (what the Docker image holds too)
 $(RUN_STAMP): pyproject.toml $(ENGINE_SOURCES)
-	@echo "==> make run: installing what serving needs into $(VENV) (about 20 s the first time: the engine's C++ build)"
+	@echo "==> make run: installing what serving needs into $(VENV) (about 30 s the first time: the packages and the engine's C++ build)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e .
