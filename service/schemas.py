@@ -364,6 +364,7 @@ class SocInfo(BaseModel):
                     "launch_us": 3.26,
                     "profile_hash": "7b574d89e4a06f79",
                     "calibrated": True,
+                    "device_fitted": False,
                 }
             ]
         }
@@ -386,6 +387,11 @@ class SocInfo(BaseModel):
     launch_us: float
     profile_hash: str
     calibrated: bool = Field(description="fitted to measurements on this SoC (else its values are estimates)")
+    device_fitted: bool = Field(
+        default=False,
+        description="the profile a loaded device-tuned table carries, fitted on that device's measurements: what "
+        "this SoC's answers use (else the shipped profile)",
+    )
 
     @classmethod
     def of(cls, p: SocProfile) -> SocInfo:
@@ -405,6 +411,7 @@ class SocInfo(BaseModel):
             launch_us=p.launch_us,
             profile_hash=p.profile_hash,
             calibrated=p.calibration is not None and p.calibration.get("measured_on", p.name) == p.name,
+            device_fitted=bool(p.calibration and p.calibration.get("device")),
         )
 
 

@@ -9,15 +9,16 @@ from fastapi import APIRouter
 
 from service.deps import StoreDep, json_bytes
 from service.schemas import SocInfo, TableInfo, TablesResponse
-from tiling_model import known_socs, load_soc
+from tiling_model import known_socs
 
 router = APIRouter(tags=["tables"])
 
 
 @router.get("/socs", response_model=list[SocInfo])
-async def socs() -> Any:
-    """The SoC profiles the service knows."""
-    return json_bytes([SocInfo.of(load_soc(name)).model_dump() for name in known_socs()])
+async def socs(store: StoreDep) -> Any:
+    """The SoC profiles answers use: a loaded device-tuned table's fitted profile, else the shipped one."""
+    answers = store.snapshot.answers
+    return json_bytes([SocInfo.of(answers.profile(name)).model_dump() for name in known_socs()])
 
 
 @router.get("/tables", response_model=TablesResponse)

@@ -122,6 +122,23 @@ def test_the_table_carries_the_fitted_profile_and_the_service_answers_from_it(sw
     )
 
 
+def test_socs_shows_the_profile_answers_use(swept) -> None:
+    """GET /socs over a device-tuned table: its fitted profile (hash and all), as /tiling answers with it."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.config import Settings
+
+    tmp, _, _ = swept
+    with TestClient(create_app(Settings(tables_dir=tmp, reload_interval_s=0))) as client:
+        socs = {s["name"]: s for s in client.get("/socs").json()}
+    fitted = profile_from_json(load_table(tmp / "Ascend910B2.json").device["profile"])
+    assert socs["Ascend910B2"]["profile_hash"] == fitted.profile_hash != SOC.profile_hash
+    assert socs["Ascend910B2"]["device_fitted"] and socs["Ascend910B2"]["hbm_gbps"] == fitted.hbm_gbps
+    assert not socs["Ascend910B1"]["device_fitted"]
+    assert socs["Ascend910B1"]["profile_hash"] == load_soc("Ascend910B1").profile_hash
+
+
 def test_the_exported_header_uses_the_devices_profile_and_correction(swept, tmp_path: Path) -> None:
     tmp, _, _ = swept
     from tuner.export_header import export_header
