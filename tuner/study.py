@@ -10,6 +10,7 @@ import os
 import socket
 import time
 from dataclasses import replace
+from datetime import datetime
 
 import numpy as np
 import optuna
@@ -169,14 +170,28 @@ def counted_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return done[:wanted] if isinstance(wanted, int) and wanted > 0 else done
 
 
+#: A trial running longer than this many times the study's slowest completed one (and at least
+#: STALE_RUNNING_MIN_S) is taken for one whose worker died (killed mid-trial: Optuna leaves it RUNNING).
+STALE_RUNNING_FACTOR = 10.0
+STALE_RUNNING_MIN_S = 5.0
+
+
 def _wait_for_running(study: optuna.Study, trials: int, limit_s: float = 600.0) -> None:
-    """Until the study has ``trials`` completed trials or none running (another worker's last trial):
-    then every worker reads the same first ``trials``."""
+    """Until the study has ``trials`` completed trials or no live one running (another worker's last
+    trial): then every worker reads the same first ``trials``. A trial left RUNNING by a killed worker is
+    not waited for (see STALE_RUNNING_FACTOR)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         got = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        complete = sum(t.state == TrialState.COMPLETE for t in got)
-        if complete >= trials or complete == len(got):
+        done = [t for t in got if t.state == TrialState.COMPLETE]
+        if len(done) >= trials:
+            return
+        slowest = max((t.duration.total_seconds() for t in done if t.duration is not None), default=0.0)
+        horizon = max(STALE_RUNNING_MIN_S, STALE_RUNNING_FACTOR * slowest)
+        now = datetime.now()  # Optuna stamps trials with the local naive time
+        live = [t for t in got if t.state == TrialState.RUNNING and t.datetime_start is not None
+                and (now - t.datetime_start).total_seconds() < horizon]  # fmt: skip
+        if not live:
             return
         time.sleep(0.2)
 
