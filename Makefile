@@ -15,13 +15,27 @@ ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp tiling_model/include/b
 
 # everything: serving, tuning, the CPU twin, plots and the test tools
 $(STAMP): pyproject.toml $(ENGINE_SOURCES)
-	@echo "==> make test: installing everything into $(VENV) (torch, torch-npu, optuna, the test tools: about"
+	@echo "==> make test: installing everything into $(VENV) (torch, optuna, the test tools; the torch-npu wheel unpacked beside it: about"
 	@echo "    1.9 GB; a few minutes the first time, seconds after; pip names each package)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	set -o pipefail; $(PY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test]' \
 		| { grep --line-buffered -E '^(Collecting|Building|Successfully|ERROR)' || true; }
 	touch $(STAMP) $(RUN_STAMP)
+
+# The real torch_npu wheel, unpacked beside the environment and not importable from it (installed, its
+# device autoload makes `import torch` fail on a host without CANN): the extension's compile test and the
+# NPU runner's error-path tests put it on PYTHONPATH in their own processes. x86_64 wheels only.
+TORCH_NPU := torch-npu==2.13.0
+NPU_SITE := $(VENV)/torch-npu-site
+$(NPU_SITE): | $(STAMP)
+	@if [ "$$(uname -m)" = x86_64 ]; then \
+		echo "==> unpacking the $(TORCH_NPU) wheel into $(NPU_SITE) (not installed: for the compile test)"; \
+		rm -rf $(VENV)/torch-npu-wheel && \
+		$(PY) -m pip download --quiet --disable-pip-version-check --no-deps $(TORCH_NPU) -d $(VENV)/torch-npu-wheel && \
+		$(PY) -m zipfile -e $(VENV)/torch-npu-wheel/*.whl $(NPU_SITE).part && mv $(NPU_SITE).part $(NPU_SITE) && \
+		rm -rf $(VENV)/torch-npu-wheel; \
+	fi
 
 # serving only (what the Docker image holds too)
 $(RUN_STAMP): pyproject.toml $(ENGINE_SOURCES)
@@ -39,7 +53,7 @@ dev: $(STAMP)
 run: $(RUN_STAMP)
 	$(PY) -m service --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+test: $(STAMP) $(NPU_SITE)
 	@echo "==> ruff, then mypy"
 	$(PY) -m ruff check .
 	$(PY) -m mypy
@@ -49,7 +63,7 @@ test: $(STAMP)
 # The edit loop's suite: no servers, end-to-end CLIs or docs runs (slow), kernel sweeps, CANN compile checks,
 # browser, container or database; the CPU twin built once and cached. make test (CI) runs everything.
 FAST_MARKERS := not slow and not kernel_sweep and not toolchain and not browser and not container and not database and not proxy
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(NPU_SITE)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	BCETUNE_SERVICES=none bash .ci/with-services.sh $(PY) -m pytest -m "$(FAST_MARKERS)"

@@ -9,10 +9,22 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-# torch_npu (a test dependency on x86_64, for the extension's compile test) registers itself as a torch
-# device backend: with it installed and no CANN, a plain `import torch` fails. The golden tests use torch
-# on the CPU only; tests of the NPU path's own error messages run subprocesses without this variable.
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+#: The real torch_npu wheel, unpacked by make test beside the environment and not importable from it
+#: (installed, its device autoload makes `import torch` fail on a host without CANN). Tests that need it run
+#: their own processes with ``npu_user_env()``.
+TORCH_NPU_SITE = Path(sys.prefix) / "torch-npu-site"
+
+
+def npu_user_env() -> dict[str, str] | None:
+    """The environment of a user who installed bcetune[npu] on a host without CANN: torch_npu importable
+    (its device autoload on); None where the wheel is not unpacked (not x86_64, not built by make test)."""
+    if not (TORCH_NPU_SITE / "torch_npu").is_dir():
+        return None
+    env = dict(os.environ)
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TORCH_NPU_SITE), env.get("PYTHONPATH", "")) if p)
+    return env
+
 
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=150, deadline=None)

@@ -1,6 +1,7 @@
 """The torch_npu extension (kernel/npu_ext) builds through kernel/CMakeLists.txt against the real
-torch and torch_npu headers and libraries (torch-npu 2.13.0 from the package index, a test
-dependency on x86_64).
+torch and torch_npu headers and libraries (the torch-npu 2.13.0 wheel from the package index, unpacked by
+make test beside the environment on x86_64 and put on PYTHONPATH for CMake only: installed, it would make
+`import torch` fail on this host without CANN).
 
 No CANN here: a stand-in ``ascendc.cmake`` takes the place of CANN's ascendc_library (it compiles
 nothing for the NPU) and provides the ``aclrtlaunch_bce_grad.h`` that CANN's kernel-launch build
@@ -12,7 +13,6 @@ libtorch_npu) is the real thing.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -20,6 +20,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from conftest import TORCH_NPU_SITE, npu_user_env
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_ENTRY = ROOT / "kernel" / "op_kernel" / "bce_grad.cpp"
@@ -27,8 +28,8 @@ KERNEL_ENTRY = ROOT / "kernel" / "op_kernel" / "bce_grad.cpp"
 pytestmark = [
     pytest.mark.toolchain,
     pytest.mark.skipif(
-        importlib.util.find_spec("torch_npu") is None or shutil.which("cmake") is None or shutil.which("g++") is None,
-        reason="torch_npu (test extras, x86_64), cmake or g++ missing: the extension is not compiled here",
+        npu_user_env() is None or shutil.which("cmake") is None or shutil.which("g++") is None,
+        reason="the torch_npu wheel (make test, x86_64), cmake or g++ missing: the extension is not compiled here",
     ),
 ]
 
@@ -71,7 +72,7 @@ def test_extension_builds_with_cmake_against_real_torch_npu(tmp_path: Path) -> N
     configure = subprocess.run(
         ["cmake", "-S", str(ROOT / "kernel"), "-B", str(build), f"-DASCEND_CANN_PACKAGE_PATH={cann}",
          f"-DPython3_EXECUTABLE={python}", "-DCMAKE_BUILD_TYPE=Release"],
-        capture_output=True, text=True, check=False,
+        capture_output=True, text=True, check=False, env=npu_user_env(),
     )  # fmt: skip
     assert configure.returncode == 0, configure.stdout[-2000:] + configure.stderr[-3000:]
     made = subprocess.run(
@@ -93,7 +94,7 @@ def test_extension_builds_with_cmake_against_real_torch_npu(tmp_path: Path) -> N
     needed = subprocess.run(["readelf", "-d", str(ext)], capture_output=True, text=True, check=True).stdout
     assert "libtorch_npu.so" in needed
     # every torch_npu symbol the binding uses exists in the installed libtorch_npu (it links, by name)
-    npu_lib = Path(importlib.util.find_spec("torch_npu").submodule_search_locations[0]) / "lib" / "libtorch_npu.so"
+    npu_lib = TORCH_NPU_SITE / "torch_npu" / "lib" / "libtorch_npu.so"
     defined = subprocess.run(
         ["nm", "-D", "--defined-only", str(npu_lib)], capture_output=True, text=True, check=True
     ).stdout

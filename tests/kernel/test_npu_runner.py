@@ -5,16 +5,16 @@ machines have no NPU: the agreement test skips and says why)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import npu_user_env
 
 from kernel import cpu, npu
 
-INSTALLED = importlib.util.find_spec("torch_npu") is not None
+NPU_USER_ENV = npu_user_env()
 
 
 def npu_reason() -> str | None:
@@ -24,13 +24,6 @@ def npu_reason() -> str | None:
     except npu.NpuUnavailable as e:
         return str(e)
     return None
-
-
-def user_env() -> dict[str, str]:
-    """The environment of a user who installed bcetune[npu] (torch_npu's device autoload on)."""
-    env = dict(os.environ)
-    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
-    return env
 
 
 def test_without_torch_npu_every_entry_point_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,13 +37,14 @@ def test_without_torch_npu_every_entry_point_says_what_is_missing(monkeypatch: p
         npu.bce_grad(None, None, None)
 
 
-@pytest.mark.skipif(not INSTALLED, reason="torch_npu is not installed here (the test extras install it on x86_64)")
+@pytest.mark.skipif(NPU_USER_ENV is None, reason="no torch_npu wheel unpacked here (make test does it on x86_64)")
 @pytest.mark.parametrize("autoload", [True, False])
 def test_installed_torch_npu_without_cann_is_one_clear_line(autoload: bool) -> None:
     """The real torch_npu wheel without CANN: `import torch` itself fails once torch_npu autoloads
     (RuntimeError), and `import torch_npu` fails on CANN's missing libraries (ImportError). Both
     become one NpuUnavailable line naming the missing library, in a fresh process as a user sees it."""
-    env = user_env()
+    assert NPU_USER_ENV is not None
+    env = dict(NPU_USER_ENV)
     if not autoload:
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     code = (
