@@ -34,6 +34,26 @@ def why_not_kernel(
     input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, wrt: str
 ) -> str | None:
     """Why the kernel cannot compute this loss's input gradient, or None when it can."""
+    why = why_not_operands(input, target, weight, pos_weight)
+    if why is not None:
+        return why
+    device = input.device.type
+    if device == "cpu":
+        if not _cpu_compiler:
+            return "no C++ compiler to build the CPU twin (install g++ or set CXX)"
+    elif device in ("npu", "privateuseone"):
+        try:
+            load_npu()
+        except Exception as e:  # noqa: BLE001
+            return f"the NPU kernel is not available ({e})"
+    else:
+        return f"no bcetune kernel for {device} tensors"
+    return None
+
+
+def why_not_operands(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None) -> str | None:
+    """Why bcetune cannot compute this loss's input gradient on any device (dtypes, gradients, weight forms
+    the kernel reads), or None."""
     dtype = dtype_name(input.dtype)
     if dtype not in FLOAT_DTYPES:
         return f"input is {dtype}; the kernel computes float32, float16 and bfloat16 losses"
@@ -46,17 +66,8 @@ def why_not_kernel(
             return f"{name} is {dtype_name(t.dtype)} but input is {dtype}; the kernel takes one dtype"
         if t.device != input.device:
             return f"{name} is on {t.device} but input is on {input.device}"
-    device = input.device.type
-    if device == "cpu":
-        if not _cpu_compiler:
-            return "no C++ compiler to build the CPU twin (install g++ or set CXX)"
-    elif device in ("npu", "privateuseone"):
-        try:
-            load_npu()
-        except Exception as e:  # noqa: BLE001
-            return f"the NPU kernel is not available ({e})"
-    else:
-        return f"no bcetune kernel for {device} tensors"
+    if input.device.type not in ("cpu", "npu", "privateuseone"):
+        return f"no bcetune kernel for {input.device.type} tensors"
     shape = tuple(input.shape)
     try:
         broadcast_of("weight", None if weight is None else tuple(weight.shape), shape)

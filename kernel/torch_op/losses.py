@@ -1,9 +1,22 @@
-"""The BCE losses whose backward runs the operator: PyTorch's arguments and forward (so the shapes they
-accept are exactly PyTorch's), the backward ``bcetune::bce_grad`` (wrt the logit, on the sigmoid saved in
-forward; wrt the probability), PyTorch's own where the kernel cannot run the case (``fallback``)."""
+"""The BCE losses bcetune computes: PyTorch's arguments and modules (so the shapes they accept are exactly
+PyTorch's), PyTorch's own where bcetune cannot compute a case (``fallback``).
+
+What runs, by device and ``$BCETUNE_CPU_LOSS``:
+
+- **CPU, ``fast`` (the default)**: ``binary_cross_entropy_with_logits`` is one fused call
+  (``bcetune::bce_with_logits_fused``: the loss and its gradient in the forward) that keeps only the
+  gradient for backward; its backward returns it, multiplied only when grad_output is not exactly 1 (read
+  from the CPU tensor: no device to synchronise). ``binary_cross_entropy`` is PyTorch's own: the kernel's
+  backward in the CPU twin is slower than PyTorch's on a CPU, and the default never is.
+- **CPU, ``twin``**: the NPU's numerics for checking: PyTorch's forward, the backward ``bcetune::bce_grad``
+  (the Ascend C kernel source in the CPU twin; wrt the logit on the sigmoid saved in forward).
+- **NPU**: as ``twin``, the kernel on the device (the kernel has no fused mode yet).
+"""
 
 from __future__ import annotations
 
+import os
+import weakref
 from typing import Any
 
 import torch
@@ -11,14 +24,83 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import _reduction
 
+import kernel.torch_op.fused  # noqa: F401  # defines torch.ops.bcetune.bce_with_logits_fused
 from kernel.torch_op.calls import dtype_name
-from kernel.torch_op.fallback import fallback, why_not_kernel
+from kernel.torch_op.fallback import fallback, why_not_kernel, why_not_operands
 from kernel.torch_op.npu_device import load_npu, npu_soc
 from kernel.torch_op.tilings import OpTiling, cpu_soc, resolved, tables_dir
 
+#: What the losses run on the CPU: ``fast`` (never slower than PyTorch's own) or ``twin`` (the kernel).
+CPU_LOSS_ENV = "BCETUNE_CPU_LOSS"
+CPU_LOSSES = ("fast", "twin")
+
+
+def cpu_loss() -> str:
+    """``$BCETUNE_CPU_LOSS``, read at every call (``fast`` when unset)."""
+    chosen = os.environ.get(CPU_LOSS_ENV) or "fast"
+    if chosen not in CPU_LOSSES:
+        raise ValueError(f"${CPU_LOSS_ENV}={chosen!r}: expected one of {', '.join(CPU_LOSSES)}")
+    return chosen
+
+
+def _scaled(grad: Tensor, grad_output: Tensor) -> Tensor:
+    """The saved gradient times grad_output: the saved tensor itself when grad_output is exactly 1 (the
+    common ``loss.backward()``), decided on the host for CPU tensors; otherwise a product (out of place: a
+    graph kept with retain_graph=True must find the saved gradient unchanged)."""
+    if not torch.compiler.is_compiling() and grad_output.device.type == "cpu":
+        one = grad_output.reshape(-1)[:1] if all(st == 0 for st in grad_output.stride()) else grad_output
+        if one.numel() == 1 and one.item() == 1.0:  # a scalar, or a scalar expanded (the grad of a sum)
+            return grad
+    return grad * grad_output
+
+
+class _FusedWithLogits(torch.autograd.Function):
+    """One fused call in forward, keeping only the gradient; the backward returns it (scaled if need be)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
+    ) -> Tensor:
+        loss, grad = torch.ops.bcetune.bce_with_logits_fused(input, target, weight, pos_weight, reduction)
+        ctx.save_for_backward(grad)
+        ctx.reduction = reduction
+        # not kept alive: double backward (PyTorch's formula) needs them, and finds them while the caller does
+        ctx.inputs = None if torch.compiler.is_compiling() else tuple(
+            None if t is None else weakref.ref(t) for t in (input, target, weight, pos_weight)
+        )  # fmt: skip
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, None, None, None, None]:
+        (grad,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: differentiate PyTorch's formula instead
+            input, target, weight, pos_weight = _alive(ctx.inputs)
+            fallback("double backward (create_graph=True) is PyTorch's: the kernel is first order")
+            with torch.enable_grad():
+                loss = F.binary_cross_entropy_with_logits(
+                    input, target, weight, reduction=ctx.reduction, pos_weight=pos_weight
+                )
+                (dx,) = torch.autograd.grad(loss, input, grad_output, create_graph=True)
+            return dx, None, None, None, None
+        return _scaled(grad, grad_output), None, None, None, None
+
+
+def _alive(refs: tuple[weakref.ref | None, ...] | None) -> tuple[Any, ...]:
+    """The fused loss's inputs for a double backward; a clear error where the caller let them go."""
+    got = tuple(None if r is None else r() for r in refs) if refs is not None else None
+    if got is None or any(r is not None and t is None for r, t in zip(refs or (), got, strict=True)):
+        raise RuntimeError(
+            "bcetune: double backward (create_graph=True) through binary_cross_entropy_with_logits needs its "
+            "input, target and weights, which the fused loss does not keep (it keeps only the gradient) and the "
+            "caller no longer holds: keep references to them until the second backward, or set "
+            f"{CPU_LOSS_ENV}=twin"
+        )
+    return got
+
 
 class _WithLogits(torch.autograd.Function):
-    """PyTorch's forward; the backward is the operator wrt the logit, on the sigmoid saved here."""
+    """PyTorch's forward; the backward is the kernel wrt the logit, on the sigmoid saved here (the NPU, the
+    CPU twin)."""
 
     @staticmethod
     def forward(
@@ -86,14 +168,25 @@ def binary_cross_entropy_with_logits(
     reduction: str = "mean",
     pos_weight: Tensor | None = None,
 ) -> Tensor:
-    """``torch.nn.functional.binary_cross_entropy_with_logits`` whose backward runs the bcetune kernel."""
+    """``torch.nn.functional.binary_cross_entropy_with_logits``: on the CPU one fused call keeping only the
+    gradient (``$BCETUNE_CPU_LOSS=twin``: the kernel's backward in the twin); on an NPU the kernel's backward."""
     reduction = _reduction_of(size_average, reduce, reduction)
-    why = why_not_kernel(input, target, weight, pos_weight, "logit") if input.requires_grad else "no grad"
+    fused = input.device.type == "cpu" and cpu_loss() == "fast"
+    if not input.requires_grad:
+        why: str | None = "no grad"
+    elif fused:
+        why = why_not_operands(input, target, weight, pos_weight)
+    else:
+        why = why_not_kernel(input, target, weight, pos_weight, "logit")
     if why is not None:
         loss = F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
         if why != "no grad":
             fallback(why)  # after PyTorch accepted the call: its own errors come first
         return loss
+    if fused:
+        if target.shape != input.shape:  # PyTorch's own error, word for word
+            F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
+        return _FusedWithLogits.apply(input, target, weight, pos_weight, reduction)
     return _WithLogits.apply(input, target, weight, pos_weight, reduction)
 
 
@@ -105,8 +198,11 @@ def binary_cross_entropy(
     reduce: bool | None = None,
     reduction: str = "mean",
 ) -> Tensor:
-    """``torch.nn.functional.binary_cross_entropy`` whose backward runs the bcetune kernel."""
+    """``torch.nn.functional.binary_cross_entropy`` whose backward runs the bcetune kernel (on the CPU only
+    with ``$BCETUNE_CPU_LOSS=twin``: by default there it is PyTorch's own, which is faster)."""
     reduction = _reduction_of(size_average, reduce, reduction)
+    if input.device.type == "cpu" and cpu_loss() == "fast":  # the twin's backward is slower than PyTorch's
+        return F.binary_cross_entropy(input, target, weight, reduction=reduction)
     why = why_not_kernel(input, target, weight, None, "probability") if input.requires_grad else "no grad"
     if why is not None:
         loss = F.binary_cross_entropy(input, target, weight, reduction=reduction)
@@ -141,8 +237,9 @@ def explain(
     reduction: str = "mean",
     wrt: str = "logit",
 ) -> OpTiling:
-    """The tiling the backward of this loss call runs (the operator's for the same operands): on the
-    CPU the twin's SoC, on an NPU the device's. BadRequest where the kernel cannot run it."""
+    """The tiling the kernel runs for this loss call's backward (the operator's for the same operands): on
+    an NPU the device's; on the CPU the twin's SoC (what ``$BCETUNE_CPU_LOSS=twin`` runs; the default CPU
+    path runs no kernel). BadRequest where the kernel cannot run it."""
     shape = tuple(input.shape)
     grad_shape = shape if reduction == "none" else ()
     shapes = (

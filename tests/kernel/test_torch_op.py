@@ -1,4 +1,6 @@
-"""torch.ops.bcetune.bce_grad and the bcetune BCE losses on the CPU (the kernel source in the twin).
+"""torch.ops.bcetune.bce_grad and the bcetune BCE losses on the CPU with the kernel source in the twin
+(``$BCETUNE_CPU_LOSS=twin``, set for every test here: the NPU's path; the default fused CPU path is
+test_fused_loss.py's).
 
 The operator passes torch.library.opcheck (schema, autograd registration, fake tensors, AOT dispatch
 with dynamic shapes) for every dtype, reduction, weight form, pos_weight form and wrt; its values are
@@ -27,6 +29,12 @@ from kernel.reference import mismatches, terms
 from tiling_model.variant import operand_shape
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the CPU twin needs g++")
+
+
+@pytest.fixture(autouse=True)
+def _losses_run_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BCETUNE_CPU_LOSS", "twin")
+
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                 "int32": torch.int32, "int16": torch.int16}  # fmt: skip
