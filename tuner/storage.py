@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,11 @@ import sqlalchemy.exc
 from sqlalchemy import event
 
 DEFAULT_STORAGE = "sqlite:///bcetune-sweep.db"
+#: Optuna's trial heartbeat: a running trial writes one every HEARTBEAT_S; one silent for GRACE_S is a trial
+#: whose worker died (killed mid-trial), and ``optuna.storages.fail_stale_trials`` marks it FAIL. Other
+#: workers then neither wait for it nor count it.
+HEARTBEAT_S = 5
+GRACE_S = 20
 
 
 def _create(url: str, attempts: int = 6) -> optuna.storages.RDBStorage:
@@ -18,7 +24,9 @@ def _create(url: str, attempts: int = 6) -> optuna.storages.RDBStorage:
     schema, and all but one see a duplicate type or table until the winner has committed."""
     for attempt in range(attempts):
         try:
-            return optuna.storages.RDBStorage(url)
+            with warnings.catch_warnings():  # heartbeats are marked experimental since Optuna 2.9
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
             # SQLite says it as an OperationalError ("table ... already exists", "database is locked")
             racing = not isinstance(e, sqlalchemy.exc.OperationalError) or any(

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+import warnings
 from dataclasses import replace
-from datetime import datetime
 
 import numpy as np
 import optuna
@@ -170,28 +170,20 @@ def counted_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return done[:wanted] if isinstance(wanted, int) and wanted > 0 else done
 
 
-#: A trial running longer than this many times the study's slowest completed one (and at least
-#: STALE_RUNNING_MIN_S) is taken for one whose worker died (killed mid-trial: Optuna leaves it RUNNING).
-STALE_RUNNING_FACTOR = 10.0
-STALE_RUNNING_MIN_S = 5.0
-
-
 def _wait_for_running(study: optuna.Study, trials: int, limit_s: float = 600.0) -> None:
-    """Until the study has ``trials`` completed trials or no live one running (another worker's last
-    trial): then every worker reads the same first ``trials``. A trial left RUNNING by a killed worker is
-    not waited for (see STALE_RUNNING_FACTOR)."""
+    """Until the study has ``trials`` completed trials or none running (another worker's last trial): then
+    every worker reads the same first ``trials``. A trial whose worker died (killed mid-trial: Optuna leaves
+    it RUNNING) stops its heartbeat and is failed after the storage's grace period (``tuner.storage``), so it
+    is waited for at most that long; a live one however long it takes (up to ``limit_s``)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
+        with warnings.catch_warnings():  # fail_stale_trials is marked experimental since Optuna 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)  # a no-op on storages without heartbeats
         got = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        done = [t for t in got if t.state == TrialState.COMPLETE]
-        if len(done) >= trials:
+        if sum(t.state == TrialState.COMPLETE for t in got) >= trials:
             return
-        slowest = max((t.duration.total_seconds() for t in done if t.duration is not None), default=0.0)
-        horizon = max(STALE_RUNNING_MIN_S, STALE_RUNNING_FACTOR * slowest)
-        now = datetime.now()  # Optuna stamps trials with the local naive time
-        live = [t for t in got if t.state == TrialState.RUNNING and t.datetime_start is not None
-                and (now - t.datetime_start).total_seconds() < horizon]  # fmt: skip
-        if not live:
+        if not any(t.state == TrialState.RUNNING for t in got):
             return
         time.sleep(0.2)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -388,3 +389,44 @@ def test_workers_starting_together_on_a_new_database_all_open_it(tmp_path: Path)
             url = f"sqlite:///{tmp_path / f'fresh{round_}.db'}"
             barrier = manager.Barrier(8)
             assert pool.map(_open_together, [(url, barrier)] * 8) == [0] * 8
+
+
+def test_a_dead_workers_trial_is_waited_for_one_grace_period_and_a_live_one_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna's heartbeats tell a killed worker's trial (left RUNNING, its heartbeat silent) from another
+    worker's slow one (its heartbeat going): the first is failed after the grace period, the second waited
+    for to its end, however long it runs."""
+    import threading
+
+    import optuna
+
+    from tuner import storage as storage_module
+    from tuner.study import _wait_for_running
+
+    monkeypatch.setattr(storage_module, "HEARTBEAT_S", 1)
+    monkeypatch.setattr(storage_module, "GRACE_S", 2)
+    st = open_storage(f"sqlite:///{tmp_path / 'hb.db'}")
+    study = optuna.create_study(study_name="hb", storage=st)
+    dead = study.ask()
+    st.record_heartbeat(dead._trial_id)  # its worker's first heartbeat, then the worker was killed
+    t0 = time.monotonic()
+    _wait_for_running(study, trials=5, limit_s=60)
+    assert 1.5 < time.monotonic() - t0 < 10
+    assert study.get_trials(deepcopy=False)[0].state == optuna.trial.TrialState.FAIL
+
+    live = study.ask()
+    stop = threading.Event()
+
+    def beat() -> None:  # a live worker: heartbeats every 0.3 s, its trial done after 4 s
+        end = time.monotonic() + 4
+        while time.monotonic() < end:
+            st.record_heartbeat(live._trial_id)
+            time.sleep(0.3)
+        study.tell(live, 1.0)
+        stop.set()
+
+    threading.Thread(target=beat, daemon=True).start()
+    t0 = time.monotonic()
+    _wait_for_running(study, trials=5, limit_s=60)
+    assert stop.is_set() and time.monotonic() - t0 >= 3.5  # waited past the grace period, to the trial's end
