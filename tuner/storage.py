@@ -17,6 +17,13 @@ DEFAULT_STORAGE = "sqlite:///bcetune-sweep.db"
 #: workers then neither wait for it nor count it.
 HEARTBEAT_S = 5
 GRACE_S = 20
+SQLITE_BUSY_S = 60.0
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    """SQLite connections wait up to SQLITE_BUSY_S for a lock another worker holds (a schema being
+    created, a commit) instead of failing at once with "database is locked"."""
+    return {"connect_args": {"timeout": SQLITE_BUSY_S}} if url.startswith("sqlite") else {}
 
 
 def _create(url: str, attempts: int = 6) -> optuna.storages.RDBStorage:
@@ -26,7 +33,9 @@ def _create(url: str, attempts: int = 6) -> optuna.storages.RDBStorage:
         try:
             with warnings.catch_warnings():  # heartbeats are marked experimental since Optuna 2.9
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=_engine_kwargs(url), heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+                )
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
             # SQLite says it as an OperationalError ("table ... already exists", "database is locked")
             racing = not isinstance(e, sqlalchemy.exc.OperationalError) or any(

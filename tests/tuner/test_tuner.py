@@ -391,6 +391,7 @@ def test_workers_starting_together_on_a_new_database_all_open_it(tmp_path: Path)
             assert pool.map(_open_together, [(url, barrier)] * 8) == [0] * 8
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
 def test_a_dead_workers_trial_is_waited_for_one_grace_period_and_a_live_one_to_its_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
