@@ -7,6 +7,7 @@ import os
 import shutil
 import warnings
 
+import torch
 from torch import Tensor
 
 from kernel.torch_op.calls import dtype_name
@@ -48,6 +49,27 @@ def why_not_kernel(
             return f"the NPU kernel is not available ({e})"
     else:
         return f"no bcetune kernel for {device} tensors"
+    return None
+
+
+_FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def why_not_fused(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None) -> str | None:
+    """Why the fused CPU loss cannot take this call (its dtypes and gradients), or None. Cheap: it runs at
+    every call of a loss whose step can take tens of microseconds. Shapes PyTorch refuses are PyTorch's to
+    refuse (the loss then calls PyTorch's own, which raises its error)."""
+    if input.dtype not in _FUSED_DTYPES:
+        return f"input is {dtype_name(input.dtype)}; the kernel computes float32, float16 and bfloat16 losses"
+    for name, t in (("target", target), ("weight", weight), ("pos_weight", pos_weight)):
+        if t is None:
+            continue
+        if t.requires_grad:
+            return f"{name} requires grad; the kernel computes the input's gradient only"
+        if t.dtype != input.dtype:
+            return f"{name} is {dtype_name(t.dtype)} but input is {dtype_name(input.dtype)}; the kernel takes one dtype"
+        if t.device != input.device:
+            return f"{name} is on {t.device} but input is on {input.device}"
     return None
 
 

@@ -5,15 +5,15 @@ and its backward reads them again).
 Per element, with ``lw = 1 + (pw - 1) * y`` (``pw`` the pos_weight, 1 without one) and ``scale`` 1/N for
 mean (else 1), in a form that neither overflows nor loses the small side:
 
-    loss = w * ((1 - y) * x - lw * logsigmoid(x))                summed (times scale) for sum and mean
-    grad = w * scale * ((1 - y) * sigmoid(x) - pw * y * sigmoid(-x))    d loss / d x at grad_output 1
+    loss = w * (lw * softplus(x) - pw * y * x)      summed (times scale) for sum and mean
+    grad = w * scale * (lw * sigmoid(x) - pw * y)    d loss / d x at grad_output 1
 
-float16 and bfloat16 compute in float32 and round once at the end. Implementations: CPU, composed of
-ATen's vectorised kernels (one ``logsigmoid`` of the logits, the sigmoids as its exponentials, in-place
-arithmetic: on the CPU the loss is never slower than PyTorch's forward plus backward, ``make bench-loss``);
-fake, for ``torch.compile``. The
-Ascend C kernel has no fused mode yet: on an NPU the losses run PyTorch's forward and the bce_grad kernel's
-backward (``kernel.torch_op.losses``).
+(the loss is PyTorch's ``(1 - y) x + lw softplus(-x)`` rearranged so it takes one pass over x).
+
+Implementations: CPU, ATen calls in the input's dtype as PyTorch's own CPU loss makes them (``softplus`` and
+``sigmoid`` of the logits, then in-place arithmetic; ``make bench-loss`` times it against PyTorch's forward
+plus backward); fake, for ``torch.compile``. The Ascend C kernel has no fused mode yet: on an NPU the losses
+run PyTorch's forward and the bce_grad kernel's backward (``kernel.torch_op.losses``).
 """
 
 from __future__ import annotations
@@ -45,55 +45,51 @@ def _check(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Ten
 
 
 def _broadcasts_to(shape: torch.Size, to: torch.Size) -> bool:
-    try:
-        return torch.broadcast_shapes(shape, to) == to
-    except RuntimeError:
+    """``shape`` stretches to ``to`` (NumPy's rule; no more dims than ``to``). On the shapes alone: the
+    general ``torch.broadcast_shapes`` costs tens of microseconds per call."""
+    if len(shape) > len(to):
         return False
-
-
-def _wide(t: Tensor | None) -> Tensor | None:
-    """float16 / bfloat16 computed in float32 (the kernel's rule); float32 and float64 as they are."""
-    if t is None or t.dtype in (torch.float32, torch.float64):
-        return t
-    return t.float()
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(to), strict=False))
 
 
 def bce_with_logits_fused(
     input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
 ) -> tuple[Tensor, Tensor]:
-    """CPU: (loss, grad at grad_output 1), each in the input's dtype."""
+    """CPU: (loss, grad at grad_output 1) in the input's dtype, computed as PyTorch's own CPU loss computes
+    (each ATen call in the dtype, float16 and bfloat16 widened inside each call). Few ATen calls, in place
+    wherever they can be: fresh input-sized temporaries and out-of-place broadcasting cost more than the
+    arithmetic on a CPU."""
     _check(input, target, weight, pos_weight, reduction)
-    x, y, w, pw = _wide(input), _wide(target), _wide(weight), _wide(pos_weight)
-    assert x is not None and y is not None
-    n = x.numel()
-    scale = 1.0 / n if reduction == "mean" and n else 1.0
-    log_p = F.logsigmoid(x)  # log sigmoid(x), without overflow
-    # d loss / d x = w ((1 - y) sigmoid(x) - pw y sigmoid(-x)): the two sides apart, so a hard label's
-    # gradient keeps its relative accuracy where sigmoid(x) is near 1 (sigmoid(x) * lw - pw y would round
-    # it away); sigmoid(-x) = exp(log sigmoid(x) - x), accurate on both sides of 0
-    grad = log_p.exp()
-    grad.addcmul_(grad, y, value=-1)  # (1 - y) sigmoid(x)
-    q = log_p.sub(x).exp_().mul_(y)  # y sigmoid(-x)
+    x, y, w, pw = input, target, weight, pos_weight
+    # softplus(x) = -log sigmoid(-x) (one pass, no buffer); per element, with py = pw y, lw = 1 + py - y:
+    #   loss = lw softplus(x) - py x      (= (1 - y) x + lw softplus(-x), PyTorch's)
+    #   grad = lw sigmoid(x) - py         (PyTorch's backward)
+    loss = F.softplus(x)
+    grad = torch.sigmoid(x)
+    scale = 1.0 / x.numel() if reduction == "mean" and x.numel() else 1.0
     if pw is None:
-        grad.sub_(q)
+        grad.sub_(y)
+        loss.addcmul_(x, y, value=-1)
     else:
-        grad.addcmul_(q, pw, value=-1)
-    del q
-    # the loss: (1 - y) x - lw log sigmoid(x), lw = 1 + (pw - 1) y (PyTorch's form)
-    if pw is not None:
-        log_p.mul_(torch.addcmul(torch.ones((), dtype=x.dtype), pw - 1, y))
-    loss = torch.addcmul(x, x, y, value=-1).sub_(log_p)
-    del log_p
+        # in place wherever pw broadcasts: ATen's out-of-place broadcasting ops are several times slower here
+        py = y.clone().mul_(pw)
+        lw = torch.sub(py, y).add_(1)
+        loss.mul_(lw).addcmul_(x, py, value=-1)
+        grad = py.addcmul_(lw, grad, value=-1)  # py - lw sigmoid(x): its sign goes with the scale below
+        scale = -scale
+        del lw
     if w is not None:
         loss.mul_(w)
-        grad.mul_(w * scale if scale != 1.0 else w)  # the 1/N folded into the (small) weight
+        grad.mul_(w if scale == 1.0 else torch.mul(w, scale))  # the 1/N (and sign) folded into the small weight
     elif scale != 1.0:
         grad.mul_(scale)
-    if reduction != "none":
-        loss = loss.sum() * scale
-    if grad.shape != input.shape:  # a weight wider than the input is PyTorch's error, raised above
+    if reduction == "sum":
+        loss = loss.sum()
+    elif reduction == "mean":
+        loss = loss.mean()
+    if grad.shape != input.shape:  # a weight of the input's shape with broadcast dims: grad is input-sized
         grad = grad.expand(input.shape).contiguous()
-    return loss.to(input.dtype), grad.to(input.dtype)
+    return loss, grad
 
 
 _LIB.impl("bce_with_logits_fused", bce_with_logits_fused, "CPU")
