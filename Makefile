@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 SHELL := bash
-.PHONY: run dev test test-fast lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-torch-op bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
+.PHONY: run dev test test-fast lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-torch-op bench-loss bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
 
 # the cost model's engine, compiled into tiling_model._engine when the package is installed
 ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp tiling_model/include/bce_grad_cost_model.h
@@ -123,6 +123,11 @@ bench-weight-forms: $(STAMP)
 # Host work per call of torch.ops.bcetune.bce_grad on the CPU beside a plain torch elementwise op.
 bench-torch-op: $(STAMP)
 	$(PY) benchmarks/torch_op_overhead.py
+
+# A training step's BCEWithLogits loss on each path: HBM bytes, memory kept for backward, predicted device
+# time, CPU time against PyTorch's own (docs/benchmarks/loss.md).
+bench-loss: $(STAMP)
+	$(PY) benchmarks/loss_step.py
 
 # From a fresh service to the explorer's first view in headless Chromium (Debian chromium + chromium-driver).
 bench-explorer: $(STAMP)
