@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,6 +46,7 @@ from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel import torch_op
+from kernel.torch_op import losses
 from kernel.torch_op.tilings import resolved, tables_dir
 from tiling_model import load_soc, predict_detail
 from tiling_model.kernels import elementwise_kernel
@@ -149,12 +152,17 @@ def _pytorch(case: Case) -> Callable[..., torch.Tensor]:
 
 
 @contextlib.contextmanager
-def cpu_loss(kind: str) -> Iterator[None]:
-    before = os.environ.get("BCETUNE_CPU_LOSS")
+def cpu_loss(kind: str, any_size: bool = False) -> Iterator[None]:
+    """The losses' CPU path; ``any_size``: the fused call at every size (its bytes and memory traced on small
+    tensors, which the default would give to PyTorch's own below ``FUSED_MIN_ELEMENTS``)."""
+    before, crossover = os.environ.get("BCETUNE_CPU_LOSS"), losses.FUSED_MIN_ELEMENTS
     os.environ["BCETUNE_CPU_LOSS"] = kind
+    if any_size:
+        losses.FUSED_MIN_ELEMENTS = 0
     try:
         yield
     finally:
+        losses.FUSED_MIN_ELEMENTS = crossover
         if before is None:
             del os.environ["BCETUNE_CPU_LOSS"]
         else:
@@ -188,7 +196,7 @@ def bcetune_traffic(case: Case, path: str) -> Traffic:
     x.requires_grad_()
     g = small.grad_output("cpu")
     mode = Traffic()
-    with cpu_loss("twin" if path == "before" else "fast"), mode:
+    with cpu_loss("twin" if path == "before" else "fast", any_size=True), mode:
         step(_loss(small), g, x, y, w, pw)
     k = case.shape[0] / small.shape[0]
     full = small.n * DTYPES[case.dtype].itemsize
@@ -237,7 +245,10 @@ def kept(case: Case, path: str) -> float:
         return t
 
     fn = _pytorch(small) if path == "pytorch" else _loss(small)
-    with cpu_loss("twin" if path == "before" else "fast"), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with (
+        cpu_loss("twin" if path == "before" else "fast", any_size=True),
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+    ):
         fn(x, y, w, pw)
     return sum(seen.values()) / (small.n * x.element_size())
 
@@ -338,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soc", default="Ascend910B2")
     ap.add_argument("--cpu-max", type=int, default=16 << 20, help="largest size timed on the CPU (elements)")
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--quick", action="store_true", help="1 Mi elements only (the tests' smoke run)")
+    ap.add_argument("--quick", action="store_true", help="1 Mi elements, float32 (the tests' run)")
+    ap.add_argument("--json", type=Path, help="also write every row's figures here")
     a = ap.parse_args(argv)
     sizes = [1 << 20] if a.quick else SIZES
     threads = torch.get_num_threads()
@@ -356,8 +368,10 @@ def main(argv: list[str] | None = None) -> int:
               for s in (False, True) if (d, f, r, s) != first]  # fmt: skip
     if a.quick:
         cases = cases[:1] + [c for c in cases[1:] if c.dtype == "float32" and c.form == "none"]
+    rows = []
     for case in cases:
         r = measure(case, a.soc, a.cpu_max, a.repeats)
+        rows.append({**asdict(case), "bytes": r.bytes, "kept": r.kept, "predicted_us": r.us, "cpu_ms": r.cpu})
         b = r.bytes
         cpu = f"{r.cpu[0]:.3f} / {r.cpu[1]:.3f} | {r.cpu[1] / r.cpu[0]:.2f}x" if r.cpu else "- | -"
         print(f"| {case.shape[0]} x {C} | {case.dtype} | {case.form} | {case.reduction} | "
@@ -366,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{b['fused'] / b['pytorch 1+1']:.2f}x | {r.kept['pytorch']:.2f} / {r.kept['before']:.2f} / "
               f"{r.kept['fused']:.2f} | {r.us['before']:.1f} / {r.us['fused']:.1f} | "
               f"{r.us['fused'] / r.us['before']:.2f}x | {cpu} |", flush=True)  # fmt: skip
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
