@@ -36,7 +36,7 @@ CPU_LOSSES = ("fast", "twin")
 #: Below this many elements the fast CPU path is PyTorch's own loss: the fused call's Python-level work (its
 #: autograd function, its operator, a dozen ATen calls) is then a large share of a step that takes ~0.1 ms,
 #: and the memory it saves is under 256 KB. Measured (``make bench-loss``, 2 cores): 1.4-1.9x PyTorch's step
-#: at 4-16 Ki elements, 1.0-1.3x at 64-256 Ki, 0.7-1.0x at 1 Mi, 0.6-0.9x from 4 Mi.
+#: at 4-16 Ki elements, 1.2-1.4x at 64-256 Ki, 0.8-1.2x at 1 Mi, 0.6-0.8x from 4 Mi.
 FUSED_MIN_ELEMENTS = 1 << 16
 
 
