@@ -52,7 +52,7 @@ def why_not_kernel(
     return None
 
 
-_FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_FUSED_DTYPES = tuple(getattr(torch, name) for name in FLOAT_DTYPES)
 
 
 def why_not_fused(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None) -> str | None:
@@ -74,20 +74,11 @@ def why_not_fused(input: Tensor, target: Tensor, weight: Tensor | None, pos_weig
 
 
 def why_not_operands(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None) -> str | None:
-    """Why bcetune cannot compute this loss's input gradient on any device (dtypes, gradients, weight forms
-    the kernel reads), or None."""
-    dtype = dtype_name(input.dtype)
-    if dtype not in FLOAT_DTYPES:
-        return f"input is {dtype}; the kernel computes float32, float16 and bfloat16 losses"
-    for name, t in (("target", target), ("weight", weight), ("pos_weight", pos_weight)):
-        if t is None:
-            continue
-        if t.requires_grad:
-            return f"{name} requires grad; the kernel computes the input's gradient only"
-        if t.dtype != input.dtype:
-            return f"{name} is {dtype_name(t.dtype)} but input is {dtype}; the kernel takes one dtype"
-        if t.device != input.device:
-            return f"{name} is on {t.device} but input is on {input.device}"
+    """Why the kernel cannot compute this loss's input gradient on any device (the fused call's rules, a
+    device with a kernel, the weight forms the kernel reads), or None."""
+    why = why_not_fused(input, target, weight, pos_weight)
+    if why is not None:
+        return why
     if input.device.type not in ("cpu", "npu", "privateuseone"):
         return f"no bcetune kernel for {input.device.type} tensors"
     shape = tuple(input.shape)

@@ -6,8 +6,8 @@ What runs, by device and ``$BCETUNE_CPU_LOSS``:
 - **CPU, ``fast`` (the default)**: ``binary_cross_entropy_with_logits`` is one fused call
   (``bcetune::bce_with_logits_fused``: the loss and its gradient in the forward) that keeps only the
   gradient for backward; its backward returns it, multiplied only when grad_output is not exactly 1 (read
-  from the CPU tensor: no device to synchronise). ``binary_cross_entropy`` is PyTorch's own: the kernel's
-  backward in the CPU twin is slower than PyTorch's on a CPU, and the default never is.
+  from the CPU tensor: no device to synchronise), from ``FUSED_MIN_ELEMENTS`` on (below, PyTorch's own).
+  ``binary_cross_entropy`` is PyTorch's own: the kernel's backward in the CPU twin is slower than PyTorch's.
 - **CPU, ``twin``**: the NPU's numerics for checking: PyTorch's forward, the backward ``bcetune::bce_grad``
   (the Ascend C kernel source in the CPU twin; wrt the logit on the sigmoid saved in forward).
 - **NPU**: as ``twin``, the kernel on the device (the kernel has no fused mode yet).
@@ -30,7 +30,7 @@ from kernel.torch_op.fallback import fallback, why_not_fused, why_not_kernel
 from kernel.torch_op.npu_device import load_npu, npu_soc
 from kernel.torch_op.tilings import OpTiling, cpu_soc, resolved, tables_dir
 
-#: What the losses run on the CPU: ``fast`` (never slower than PyTorch's own) or ``twin`` (the kernel).
+#: What the losses run on the CPU: ``fast`` (the fused call, else PyTorch's own) or ``twin`` (the kernel).
 CPU_LOSS_ENV = "BCETUNE_CPU_LOSS"
 CPU_LOSSES = ("fast", "twin")
 #: Below this many elements the fast CPU path is PyTorch's own loss: the fused call's Python-level work (its
