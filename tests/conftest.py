@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -57,3 +58,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     mod = sys.modules.get("test_cann_compile") or sys.modules.get("tests.test_cann_compile")
     if mod is not None:
         terminalreporter.write_line(f"compile checks run against the real CANN 8.5.0 headers: {mod.RUN['checks']}")
+
+
+def graph_capturing_backend() -> tuple[Any, dict[str, list[str]]]:
+    """A torch.compile backend that runs AOTAutograd and keeps each graph's called targets: ``graphs["forward"]``
+    and ``graphs["backward"]`` (what a compiled loss's two graphs call)."""
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+    graphs: dict[str, list[str]] = {}
+
+    def backend(gm: Any, example: list) -> object:
+        def keep(kind: str) -> Any:
+            def compiler(g: Any, _: list) -> object:
+                graphs[kind] = [str(n.target) for n in g.graph.nodes if n.op == "call_function"]
+                return make_boxed_func(g.forward)
+
+            return compiler
+
+        return aot_module_simplified(gm, example, fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+
+    return backend, graphs

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import graph_capturing_backend
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel import torch_op
@@ -218,20 +219,7 @@ def test_double_backward_is_pytorchs_while_the_caller_holds_the_inputs_else_one_
 
 
 def test_torch_compile_traces_the_fused_call_into_the_forward_graph() -> None:
-    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
-
-    graphs: dict[str, list[str]] = {}
-
-    def backend(gm: torch.fx.GraphModule, example: list) -> object:
-        def keep(kind: str):  # noqa: ANN202
-            def compiler(g: torch.fx.GraphModule, _: list) -> object:
-                graphs[kind] = [str(n.target) for n in g.graph.nodes if n.op == "call_function"]
-                return make_boxed_func(g.forward)
-
-            return compiler
-
-        return aot_module_simplified(gm, example, fw_compiler=keep("forward"), bw_compiler=keep("backward"))
-
+    backend, graphs = graph_capturing_backend()
     pw = torch.rand(7) + 0.5
     loss_fn = torch_op.BCEWithLogitsLoss(pos_weight=pw)
     lin = torch.nn.Linear(3, 7)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import graph_capturing_backend
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -372,20 +373,7 @@ def test_a_small_model_trains_as_with_pytorchs_loss(compiled: bool) -> None:
 
 
 def test_torch_compile_puts_the_operator_in_the_backward_graph() -> None:
-    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
-
-    graphs: dict[str, list[str]] = {}
-
-    def backend(gm: torch.fx.GraphModule, example: list) -> object:
-        def keep(kind: str):  # noqa: ANN202
-            def compiler(g: torch.fx.GraphModule, _: list) -> object:
-                graphs[kind] = [str(n.target) for n in g.graph.nodes if n.op == "call_function"]
-                return make_boxed_func(g.forward)
-
-            return compiler
-
-        return aot_module_simplified(gm, example, fw_compiler=keep("forward"), bw_compiler=keep("backward"))
-
+    backend, graphs = graph_capturing_backend()
     loss_fn = torch_op.BCEWithLogitsLoss(pos_weight=torch.rand(7) + 0.5)
     lin = torch.nn.Linear(3, 7)
     f = torch.compile(lambda a, b: loss_fn(lin(a), b), fullgraph=True, backend=backend)
