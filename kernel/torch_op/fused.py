@@ -87,8 +87,6 @@ def bce_with_logits_fused(
         loss = loss.sum()
     elif reduction == "mean":
         loss = loss.mean()
-    if grad.shape != input.shape:  # a weight of the input's shape with broadcast dims: grad is input-sized
-        grad = grad.expand(input.shape).contiguous()
     return loss, grad
 
 
