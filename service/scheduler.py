@@ -265,6 +265,16 @@ class Scheduler:
                 return
             self._repay(now)
 
+    def owe(self, seconds: float) -> None:
+        """Charge work done after a request's answer went out, without waiting: the debt makes the next
+        expensive requests wait (while others are in flight), as ``charge`` would have."""
+        now = time.monotonic()
+        if not self._contended(now):
+            self._debt_s, self._debt_at = 0.0, now
+            return
+        self._repay(now)
+        self._debt_s += seconds
+
     def _repay(self, now: float) -> None:
         """The time the others are owed (the expensive requests' time beyond their share) is repaid
         at share / (1 - share) per second of waiting."""
@@ -350,8 +360,9 @@ class Admission:
             try:
                 await self.app(scope, receive, charged_send)
                 # the tail after the answer started: its body sent, exception handling, the parsed request let
-                # go (a refused 256-item batch's objects cost a third of its time there): the next wait's
-                await s.charge(clock.held())
+                # go (a refused 256-item batch's objects cost a third of its time there): owed, not waited for
+                # here (this client has its answer; a finished task must not hold a shutdown): the next wait's
+                s.owe(clock.held())
             finally:
                 s.release(client)
             return

@@ -291,10 +291,11 @@ class LossCase:
         import torch.nn.functional as F
 
         from kernel import torch_op
+        from kernel.torch_op.losses import kernel_on_cpu
 
         x, y, w, pw, up = self.rounded(torch, device)
         x.requires_grad_()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), kernel_on_cpu():  # the kernel's backward on the CPU too (the twin)
             warnings.simplefilter("ignore", torch_op.FallbackWarning)  # checked by the caller (why_not_kernel)
             if self.kind == "logits":
                 logits = torch_op.binary_cross_entropy_with_logits if bcetune else F.binary_cross_entropy_with_logits
@@ -374,6 +375,7 @@ def torch_op_timing(
     import torch.nn.functional as F
 
     from kernel import torch_op
+    from kernel.torch_op.losses import kernel_on_cpu
 
     def per_call_us(fn: Callable[[], object]) -> float:
         fn()
@@ -394,7 +396,8 @@ def torch_op_timing(
         ours = per_call_us(lambda: torch.ops.bcetune.bce_grad(g, p, y, None, None, "mean", "probability"))
         aten = per_call_us(lambda: torch.ops.aten.binary_cross_entropy_backward(g, p, y, None, 1))
         x = torch.randn(n, device=device, requires_grad=True)
-        losses = [f(x, y) for f in (torch_op.binary_cross_entropy_with_logits, F.binary_cross_entropy_with_logits)]
+        with kernel_on_cpu():  # the operator as the loss's backward, on the CPU too
+            losses = [f(x, y) for f in (torch_op.binary_cross_entropy_with_logits, F.binary_cross_entropy_with_logits)]
         back = [per_call_us(functools.partial(torch.autograd.grad, loss, x, retain_graph=True)) for loss in losses]
         return (
             f"  float32 mean n={n:>9}: bce_grad(probability) {ours:9.2f} us vs aten.binary_cross_entropy_backward "

@@ -15,8 +15,10 @@ What runs, by device and ``$BCETUNE_CPU_LOSS``:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -46,6 +48,20 @@ def cpu_loss() -> str:
     if chosen not in CPU_LOSSES:
         raise ValueError(f"${CPU_LOSS_ENV}={chosen!r}: expected one of {', '.join(CPU_LOSSES)}")
     return chosen
+
+
+@contextlib.contextmanager
+def kernel_on_cpu() -> Iterator[None]:
+    """Within it the losses run the kernel on the CPU too (``$BCETUNE_CPU_LOSS=twin``): what the doctor checks."""
+    before = os.environ.get(CPU_LOSS_ENV)
+    os.environ[CPU_LOSS_ENV] = "twin"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CPU_LOSS_ENV, None)
+        else:
+            os.environ[CPU_LOSS_ENV] = before
 
 
 def _scaled(grad: Tensor, grad_output: Tensor) -> Tensor:

@@ -128,9 +128,13 @@ def test_what_expensive_requests_do_on_the_loop_is_charged_from_admission(tmp_pa
     async def spy(seconds: float) -> None:
         charged.append(seconds)
 
+    def owed(seconds: float) -> None:  # the tail after the answer started: charged, not waited for
+        charged.append(seconds)
+
     one = {"shape": [1024, 1024], "dtype": "float16", "reduction": "mean"}
     with TestClient(app) as client:
         app.state.service.scheduler.charge = spy
+        app.state.service.scheduler.owe = owed
         assert client.post("/tiling", json=one).status_code == 200  # cached from here on
         started = time.perf_counter()
         r = client.post("/tiling/batch", json={"requests": [one] * 64})
