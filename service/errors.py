@@ -106,6 +106,8 @@ async def validation_error(_request: Request, e: Exception) -> Response:
     items = []
     for err in e.errors()[:MAX_ERRORS]:
         msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        if err.get("type") == "json_invalid" and isinstance(err.get("ctx"), dict) and "error" in err["ctx"]:
+            msg = f"{msg}: {err['ctx']['error']}"  # the parser's reason: "unexpected character", "lone surrogate"...
         item = {
             "loc": [safe(x) for x in err.get("loc", ())],
             "msg": safe(msg, max_chars=MAX_MSG_CHARS),

@@ -192,7 +192,7 @@ class BatchRequest(BaseModel):
     # at its first item never pays for the validation of the rest (it was 62% of such a request's server
     # time, py-spy); the schema says what each item is, as /tiling's body.
     requests: Annotated[
-        list[dict[str, Any]],
+        list[Any],  # an item that is not an object is refused at its index, as any other bad item
         WithJsonSchema(
             {
                 "type": "array",

@@ -22,6 +22,7 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from service.bodies import OrjsonRoute
 from service.deps import ServiceDep
 from service.routes.tiling import answer, refused
 from service.scheduler import LoopClock, client_of
@@ -29,7 +30,7 @@ from service.schemas import ERRORS, TilingRequest
 from tiling_model import BadRequest, InvalidTiling, SocProfile, TilingParams, Variant, compute_tiling
 from tiling_model.explain import Explanation, explain
 
-router = APIRouter(tags=["explorer"])
+router = APIRouter(tags=["explorer"], route_class=OrjsonRoute)  # bodies parsed by orjson
 Picture = Literal["core_map", "ub", "timeline", "landscape"]
 CACHE_SIZE = 256
 

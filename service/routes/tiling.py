@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from service.answers import Query
+from service.bodies import OrjsonRoute
 from service.config import Settings
 from service.deps import ServiceDep, json_bytes
 from service.errors import domain_item, error_response
@@ -21,7 +22,7 @@ from service.store import TableStore
 from tiling_model import BadRequest, InvalidTiling
 from tiling_model.tiling import KNOB_NAMES
 
-router = APIRouter(tags=["tiling"])
+router = APIRouter(tags=["tiling"], route_class=OrjsonRoute)  # bodies parsed by orjson
 
 
 def refused(loc: list[str | int], e: BadRequest | InvalidTiling, req: TilingRequest) -> Response:
@@ -128,7 +129,7 @@ async def tiling_batch(batch: BatchRequest, service: ServiceDep, request: Reques
     return json_body(b'{"responses":[' + b",".join(out) + b"]}")  # its last lap charged as it goes out
 
 
-bench_router = APIRouter(include_in_schema=False)
+bench_router = APIRouter(include_in_schema=False, route_class=OrjsonRoute)
 
 
 @bench_router.post("/bench/trivial")

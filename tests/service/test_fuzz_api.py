@@ -58,7 +58,7 @@ def test_api_conforms_to_its_schema(case: schemathesis.Case) -> None:
     case.call_and_validate(excluded_checks=[positive_data_acceptance])
 
 
-# --- beyond the schema: what strict JSON cannot say, but Python's parser (FastAPI's) accepts -------------
+# --- beyond the schema: what strict JSON cannot say, but Python's parser accepts (the service's is orjson) --
 # NaN, Infinity, 1e999, integers past 64 bits and lone surrogate escapes, anywhere in a request: the
 # answer is a 422 whose body is strict JSON (orjson parses it), never a 5xx.
 

@@ -290,6 +290,35 @@ def test_malformed_json_is_a_422(server: Server) -> None:
     assert r.status_code == 422
 
 
+ONLY_PYTHONS_PARSER_TAKES = [  # (a value json.loads reads and orjson, the service's parser, does not; the 422 says)
+    (b"NaN", "unexpected character"),
+    (b"1e999", "infinity"),
+    (b'"\\ud800"', "surrogate"),
+    (b'"float\xff16"', "UTF-8"),
+    (b"9" * 30, "valid integer"),  # read as a float: not an integer
+]
+
+
+@pytest.mark.parametrize(("value", "why"), ONLY_PYTHONS_PARSER_TAKES, ids=lambda v: str(v)[:14])
+def test_json_only_pythons_parser_takes_is_a_422_saying_why(server: Server, value: bytes, why: str) -> None:
+    one = b'{"shape":[4],"dtype":"float16","params":{"tile_bytes":' + value + b"}}"
+    for path, body in (("/tiling", one), ("/tiling/batch", b'{"requests":[' + one + b"]}"), ("/tiling/explain", one)):
+        r = httpx.post(server.url + path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422, (path, value, r.text)
+        (item,) = r.json()["detail"]
+        assert why in item["msg"], (path, value, item)
+        assert item["type"] in ("json_invalid", "int_type"), item
+
+
+def test_a_batch_item_that_is_not_an_object_is_a_422_at_its_index(server: Server) -> None:
+    good = {"shape": [4], "dtype": "float16"}
+    for bad in (5, "x", [good], None):
+        r = server.post("/tiling/batch", {"requests": [good, good, bad, good]})
+        assert r.status_code == 422, (bad, r.text)
+        (item,) = r.json()["detail"]
+        assert item["loc"] == ["body", "requests", 2] and item["type"] == "model_type", item
+
+
 def test_oversized_bodies_are_a_413(server: Server) -> None:
     big = {"shape": [1], "dtype": "float32", "pad": "x" * 70000}
     r = post(server, big)
