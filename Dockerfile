@@ -14,6 +14,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md CMakeLists.txt LICENSE ./
 COPY tiling_model tiling_model
+COPY model_tools model_tools
 COPY kernel kernel
 COPY tuner tuner
 COPY service service

@@ -48,7 +48,7 @@ $(RUN_STAMP): pyproject.toml $(ENGINE_SOURCES)
 # everything a user runs without the test suite: the tuner, calibration, the CPU twin, bcetune.torch
 # (the same install as make test's; `pip install -e '.[tune]'` or `'.[torch]'` for a part of it)
 dev: $(STAMP)
-	@echo "==> installed into $(VENV): source $(VENV)/bin/activate, then python -m tuner, python -m tiling_model, bcetune.torch"
+	@echo "==> installed into $(VENV): source $(VENV)/bin/activate, then python -m tuner, python -m model_tools, bcetune.torch"
 
 run: $(RUN_STAMP)
 	$(PY) -m service --host $(HOST) --port $(PORT)
@@ -66,7 +66,7 @@ FAST_MARKERS := not slow and not kernel_sweep and not toolchain and not browser 
 test-fast: $(STAMP) $(NPU_SITE)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	BCETUNE_SERVICES=none bash .ci/with-services.sh $(PY) -m pytest -m "$(FAST_MARKERS)"
+	BCETUNE_SERVICES=none bash .ci/with-services.sh $(PY) -m pytest -n auto -m "$(FAST_MARKERS)"
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

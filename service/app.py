@@ -182,9 +182,9 @@ async def gone(_request: Request, _e: Exception) -> Response:
 
 def warm_worker(soc: str) -> None:
     """A worker process's first job: one explanation and each picture drawn once (imports, fonts)."""
+    from model_tools.explain import explain
+    from model_tools.explorer_plot import PICTURES, render
     from tiling_model import TilingParams, Variant, compute_tiling
-    from tiling_model.explain import explain
-    from tiling_model.explorer_plot import PICTURES, render
 
     e = explain(compute_tiling([4096], Variant("float32", "none"), TilingParams(), soc))
     for picture in PICTURES:

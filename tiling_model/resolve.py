@@ -1,5 +1,5 @@
 """The answer to a tiling request from a set of tuned tables: what ``POST /tiling`` answers, and what
-``python -m tiling_model tiling`` and the PyTorch operator (``kernel.torch_op``) use too.
+``python -m model_tools tiling`` and the PyTorch operator (``kernel.torch_op``) use too.
 
 A tuned entry where the table was tuned at the exact size; between entries the size bucket's
 BUFFER_NUM with block size, core count and tile re-fitted by the cost model at the exact size (what the

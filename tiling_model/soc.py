@@ -45,7 +45,7 @@ class SocProfile:
     misaligned_bw_factor: float
     # A factor on MSKPP's cycles per repeat (issue rates of one instruction; a chain of dependent
     # instructions may retire slower): 1 in the shipped profiles, fittable on your own measurements
-    # (tiling_model.calibrate.OPTIONAL_PARAMS says why it is not fitted by default).
+    # (model_tools.calibrate.OPTIONAL_PARAMS says why it is not fitted by default).
     vector_cycle_scale: float
     # The steady state of repeated launches: the share of a launch's traffic that hits L2 is
     # 1 / (1 + (footprint / l2_half_bytes) ** l2_falloff), at most the share the L2 can hold,

@@ -73,7 +73,7 @@ class TuningTable:
     calibration: dict[str, Any] | None = None  # the SoC profile's calibration summary, if it was fitted
     versions: dict[str, str] = field(default_factory=dict)  # bcetune, optuna, numpy (and CANN, torch_npu on NPU)
     # The device the table was tuned on: {"profile": the SoC profile fitted on the sweep's measurements,
-    # "fit": what that fit says (tiling_model.calibrate.DeviceFit.summary)}; None for the model backend.
+    # "fit": what that fit says (model_tools.calibrate.DeviceFit.summary)}; None for the model backend.
     device: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     _index: dict[Variant, tuple[list[float], list[TableEntry]]] = field(

@@ -13,8 +13,8 @@ import optuna
 
 from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
+from model_tools.cli.args import Parser, csv_of, positive_int
 from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, compute_tiling, known_socs, predict
-from tiling_model.cli.args import Parser, csv_of, positive_int
 from tiling_model.tables import TableEntry, TuningTable, load_table, variant_order, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
@@ -202,7 +202,7 @@ def _replay(args: argparse.Namespace) -> int:
     """Strategies and budgets against the records: replayed regret per key and samples."""
     import json
 
-    from tiling_model.calibrate import CalibrationError
+    from model_tools.calibrate import CalibrationError
     from tuner.replay import replay, replay_device
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

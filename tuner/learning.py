@@ -2,7 +2,7 @@
 
 The measurements are read from the study storage, not from one worker's memory or file: every worker of
 a sweep (several NPUs of a host, several hosts on one PostgreSQL) writes its trials there, so each one
-learns from all of them. The fit is ``tiling_model.calibrate.fit_device``: the SoC profile's hardware
+learns from all of them. The fit is ``model_tools.calibrate.fit_device``: the SoC profile's hardware
 parameters (robust, bounded by physics), then the knob correction on what they leave.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from model_tools.calibrate import DeviceFit, Measured, fit_device
 from tiling_model import BadRequest, SocProfile, TilingParams, Variant, compute_tiling
-from tiling_model.calibrate import DeviceFit, Measured, fit_device
 from tiling_model.tiling import KNOB_NAMES
 from tuner.key import StudyKey
 
@@ -145,7 +145,7 @@ def device_profile_document(model: DeviceModel) -> dict[str, Any] | None:
     doc = profile_to_json(replace(model.profile, calibration=None))
     how = (
         f"fitted on this sweep's {summary['cases']} measurements of bcetune's kernel over {summary['keys']} keys "
-        "(tiling_model.calibrate.fit_device)"
+        "(model_tools.calibrate.fit_device)"
     )
     for name in summary["fitted"]:
         field = {"mte2_scale": "mte2_curve_kib_us", "mte3_scale": "mte3_curve_kib_us"}.get(name, name)

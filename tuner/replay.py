@@ -3,7 +3,7 @@
 A sweep's records (``--records runs.jsonl``) hold every configuration it measured, with its samples. The
 replay is a backend that answers from them: a recorded configuration returns one of its own samples
 (drawn at random: the noise it had); any other returns the model fitted to the records
-(``tiling_model.calibrate.fit_device``) times the residual of the nearest recorded configuration of the
+(``model_tools.calibrate.fit_device``) times the residual of the nearest recorded configuration of the
 same key, with the records' own noise. So strategies and budgets can be compared on what a device did,
 without the device. What no record can say (a configuration far from every recorded one) is the model's:
 the replay is as good as the records' coverage, and says how many answers came from records.
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
+from model_tools.calibrate import CalibrationError, Measured, fit_device, read_records
 from tiling_model import SocProfile, TilingData, Variant, compute_tiling, load_soc, predict
-from tiling_model.calibrate import CalibrationError, Measured, fit_device, read_records
 from tiling_model.correction import align_class, block_class
 from tiling_model.space import score_space
 from tuner.key import StudyKey

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 import warnings
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import optuna
 import sqlalchemy.exc
-from sqlalchemy import event
+from optuna.trial import TrialState
+from sqlalchemy import bindparam, event, text
 
 DEFAULT_STORAGE = "sqlite:///bcetune-sweep.db"
 #: Optuna's trial heartbeat: a running trial writes one every HEARTBEAT_S; one silent for GRACE_S is a trial
@@ -73,3 +75,46 @@ def open_storage(url: str = DEFAULT_STORAGE) -> optuna.storages.RDBStorage:
 
         storage.engine.dispose()  # later connections get the pragmas
     return storage
+
+
+def fail_stale_trials(study: optuna.Study) -> list[int]:
+    """Mark FAIL the RUNNING trials whose worker died; return their numbers.
+
+    Optuna's ``fail_stale_trials`` fails a trial whose heartbeat has been silent for the storage's grace
+    period, but skips one with no heartbeat at all (Optuna 5.1, ``RDBStorage._get_stale_trial_ids``): a
+    worker killed between ``study.ask()`` and its heartbeat thread's first write leaves its trial RUNNING for
+    ever, and a study waiting for its running trials waited to its limit (a resumed sweep hung 600 s in CI).
+    Such a trial, started more than the grace period ago (a live one writes its first heartbeat within
+    milliseconds of starting), is failed here too. Storages without heartbeats: nothing is failed.
+    """
+    storage = study._storage  # noqa: SLF001 - Optuna's own helpers take the study's storage the same way
+    rdb = getattr(storage, "_backend", storage)  # a _CachedStorage wraps the RDBStorage
+    if not isinstance(rdb, optuna.storages.RDBStorage) or rdb.heartbeat_interval is None:
+        return []
+    running = {t._trial_id: t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}  # noqa: SLF001
+    if not running:
+        return []
+    with warnings.catch_warnings():  # fail_stale_trials is marked experimental since Optuna 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)  # the silent heartbeats
+    still = {t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}  # noqa: SLF001
+    failed = [t.number for i, t in running.items() if i not in still and storage.get_trial(i).state == TrialState.FAIL]
+    grace = timedelta(seconds=rdb.grace_period or 2 * rdb.heartbeat_interval)
+    cutoff = datetime.now() - grace  # datetime_start is the worker's local time, naive
+    old = [i for i in still if (start := running[i].datetime_start) is not None and start < cutoff]
+    if not old:
+        return failed
+    query = text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids").bindparams(
+        bindparam("ids", expanding=True)
+    )
+    with rdb.engine.connect() as conn:
+        beating = {row[0] for row in conn.execute(query, {"ids": old})}
+    for trial_id in old:
+        if trial_id in beating:
+            continue  # Optuna's rule judges it (above, once its heartbeat is a grace period old)
+        try:
+            if storage.set_trial_state_values(trial_id, TrialState.FAIL):
+                failed.append(running[trial_id].number)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # finished meanwhile: it was alive after all
+    return failed

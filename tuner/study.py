@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -43,6 +42,7 @@ from tuner.protocol import (
 )
 from tuner.race import Entrant, RacePlan, entrant_of, search
 from tuner.records import RecordLog
+from tuner.storage import fail_stale_trials
 from tuner.trial_space import TrialSpace
 
 #: The model's best configurations enqueued as the first trials after the seed default.
@@ -170,22 +170,27 @@ def counted_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return done[:wanted] if isinstance(wanted, int) and wanted > 0 else done
 
 
-def _wait_for_running(study: optuna.Study, trials: int, limit_s: float = 600.0) -> None:
+#: How many times one ``tune`` call runs the study again for the trials of workers that died meanwhile.
+MAX_RESUMES = 4
+
+
+def _wait_for_running(study: optuna.Study, trials: int, limit_s: float = 600.0) -> int:
     """Until the study has ``trials`` completed trials or none running (another worker's last trial): then
     every worker reads the same first ``trials``. A trial whose worker died (killed mid-trial: Optuna leaves
-    it RUNNING) stops its heartbeat and is failed after the storage's grace period (``tuner.storage``), so it
-    is waited for at most that long; a live one however long it takes (up to ``limit_s``)."""
+    it RUNNING) stops its heartbeat, or never wrote one, and is failed after the storage's grace period
+    (``tuner.storage.fail_stale_trials``), so it is waited for at most that long; a live one however long it
+    takes (up to ``limit_s``). Returns how many dead workers' trials it failed."""
     deadline = time.monotonic() + limit_s
+    failed = 0
     while time.monotonic() < deadline:
-        with warnings.catch_warnings():  # fail_stale_trials is marked experimental since Optuna 2.9
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(study)  # a no-op on storages without heartbeats
+        failed += len(fail_stale_trials(study))  # a no-op on storages without heartbeats
         got = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
         if sum(t.state == TrialState.COMPLETE for t in got) >= trials:
-            return
+            return failed
         if not any(t.state == TrialState.RUNNING for t in got):
-            return
+            return failed
         time.sleep(0.2)
+    return failed
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
@@ -335,18 +340,19 @@ def tune(
         _ensure_seeded(study, seeds)
         if study.user_attrs.get("trials") != trials:  # resumed for another count (the CLI refuses that)
             study.set_user_attr("trials", trials)
-    remaining = trials - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-    if remaining > 0:
-        # several workers share the study: stop when the study, not this worker, has enough trials
-        enough = optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        study.optimize(
-            _objective(key, space, backend, study, protocol, records),
-            n_trials=remaining,
-            catch=(MeasurementError,),
-            callbacks=[enough] + ([_Patience(patience)] if patience > 0 else []),
-        )
-    if patience <= 0:
-        _wait_for_running(study, trials)
+    for _ in range(MAX_RESUMES):
+        remaining = trials - len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+        if remaining > 0:
+            # several workers share the study: stop when the study, not this worker, has enough trials
+            enough = optuna.study.MaxTrialsCallback(trials, states=(TrialState.COMPLETE, TrialState.RUNNING))
+            study.optimize(
+                _objective(key, space, backend, study, protocol, records),
+                n_trials=remaining,
+                catch=(MeasurementError,),
+                callbacks=[enough] + ([_Patience(patience)] if patience > 0 else []),
+            )
+        if patience > 0 or not _wait_for_running(study, trials):
+            break  # else a dead worker's trial was counted as running and is failed now: run its share
     best, tuned_us, spread_us = confirm_winner(study, key, space, backend, protocol)
     seed_tiling = seed_default_tiling(key, soc)
     params = dict(zip(KNOB_NAMES, _params_of(best), strict=True))

@@ -15,8 +15,8 @@ import optuna
 from tqdm import tqdm
 
 from kernel.sources import kernel_source_hash
+from model_tools.calibrate import FOLDS
 from tiling_model import SocProfile, Variant, load_soc, valid_combinations
-from tiling_model.calibrate import FOLDS
 from tiling_model.dtypes import FLOAT_DTYPES
 from tiling_model.errors import TableError
 from tiling_model.soc import profile_from_json

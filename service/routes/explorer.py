@@ -22,13 +22,13 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from model_tools.explain import Explanation, explain
 from service.bodies import OrjsonRoute
 from service.deps import ServiceDep
 from service.routes.tiling import answer, refused
 from service.scheduler import LoopClock, client_of
 from service.schemas import ERRORS, TilingRequest
 from tiling_model import BadRequest, InvalidTiling, SocProfile, TilingParams, Variant, compute_tiling
-from tiling_model.explain import Explanation, explain
 
 router = APIRouter(tags=["explorer"], route_class=OrjsonRoute)  # bodies parsed by orjson
 Picture = Literal["core_map", "ub", "timeline", "landscape"]
@@ -87,7 +87,7 @@ def draw(key: Any, shape: list[int], variant: Variant, params: dict[str, Any], p
          period: int | None, picture: str, fmt: str) -> bytes:  # fmt: skip
     """A worker process's job: one picture of an answer's explanation (matplotlib is imported here, in the
     worker processes only)."""
-    from tiling_model.explorer_plot import render
+    from model_tools.explorer_plot import render
 
     return render(_explanation(key, shape, variant, params, profile, period), picture, fmt)
 

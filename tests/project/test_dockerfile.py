@@ -32,5 +32,5 @@ def test_multi_stage_non_root_healthcheck_and_entry_point() -> None:
     assert "EXPOSE 8000" in text and "HEALTHCHECK" in text and "/healthz" in text
     assert 'ENTRYPOINT ["python", "-m", "service"]' in text
     assert "ARG EXTRAS" in text  # --build-arg EXTRAS='[npu]' adds torch_npu
-    for package in ("tiling_model", "kernel", "tuner", "service"):
+    for package in ("tiling_model", "model_tools", "kernel", "tuner", "service"):
         assert f"COPY {package} {package}" in text

@@ -24,7 +24,7 @@ def run_without(module: str, code: str) -> subprocess.CompletedProcess[str]:
         ("optuna", "import runpy; sys.argv[1:] = ['sweep', '--help']; runpy.run_module('tuner', run_name='__main__')",
          "tune"),
         ("scipy", "import runpy; sys.argv[1:] = ['calibrate', '--data', 'x.jsonl']; "
-         "runpy.run_module('tiling_model', run_name='__main__')", "tune"),
+         "runpy.run_module('model_tools', run_name='__main__')", "tune"),
         ("torch", "import bcetune.torch", "torch"),
     ],
 )  # fmt: skip

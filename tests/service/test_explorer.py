@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from service_helpers import Server
 
+from model_tools.explain import explain, schedule
+from model_tools.explorer_plot import PICTURES, render
 from service.config import SHIPPED_TABLES
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict_detail, validate
-from tiling_model.explain import explain, schedule
-from tiling_model.explorer_plot import PICTURES, render
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.simulate import WARMUP, pipeline
 from tiling_model.space import score_space
@@ -124,7 +124,7 @@ def test_edge_shapes_explain_and_draw(shape: list[int], variant: Variant) -> Non
 def test_cli_plot_writes_the_four_pictures(tmp_path: Path) -> None:
     out = tmp_path / "pics"
     r = subprocess.run(
-        [sys.executable, "-m", "tiling_model", "tiling", "--shape", "129", "--dtype", "float32", "--scheme", "seed",
+        [sys.executable, "-m", "model_tools", "tiling", "--shape", "129", "--dtype", "float32", "--scheme", "seed",
          "--plot", str(out)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -133,7 +133,7 @@ def test_cli_plot_writes_the_four_pictures(tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("")
     r = subprocess.run(
-        [sys.executable, "-m", "tiling_model", "tiling", "--shape", "129", "--dtype", "float32", "--plot",
+        [sys.executable, "-m", "model_tools", "tiling", "--shape", "129", "--dtype", "float32", "--plot",
          str(blocked / "x")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

@@ -165,7 +165,7 @@ def test_records_round_trip_through_calibrate_and_replay(swept, tmp_path: Path) 
     rec = json.loads(lines[0])
     assert {"predicted_us", "predicted_device_us", "samples", "key"} <= set(rec)
     out = tmp_path / "profiles" / "Ascend910B2.json"
-    r = run("tiling_model", "calibrate", "--soc", "Ascend910B2", "--records", str(records), "--out", str(out), "--json")
+    r = run("model_tools", "calibrate", "--soc", "Ascend910B2", "--records", str(records), "--out", str(out), "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["median"] < summary["median_before"] and summary["keys"] == len(keys())
@@ -178,7 +178,7 @@ def test_records_round_trip_through_calibrate_and_replay(swept, tmp_path: Path) 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(lines[0] + "\n" + '{"kernel": {"kind": "bce_grad", "dtype": "float16"}, "shape": [8]}\n')
     for module, args in (
-        ("tiling_model", ["calibrate", "--records", str(bad)]),
+        ("model_tools", ["calibrate", "--records", str(bad)]),
         ("tuner", ["replay", "--records", str(bad)]),
     ):
         r = run(module, *args)

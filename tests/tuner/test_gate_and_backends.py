@@ -84,7 +84,7 @@ def tampered_checkout(tmp_path: Path) -> None:
     subprocess.run(["cp", "-r", str(ROOT / "kernel"), str(tampered)], check=True)
     src = tampered / "op_kernel" / "bce_grad.h"
     src.write_text(src.read_text().replace("Sub(p, p, y, n);", "Add(p, p, y, n);"))
-    for pkg in ("tuner", "service"):
+    for pkg in ("model_tools", "tuner", "service"):
         (tmp_path / pkg).symlink_to(ROOT / pkg)
     model = tmp_path / "tiling_model"  # the sources, and the engine compiled at install time
     model.mkdir()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tiling_model.calibrate import CalibrationError
+from model_tools.calibrate import CalibrationError
 from tuner.replay import replay_device
 
 

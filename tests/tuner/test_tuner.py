@@ -261,7 +261,7 @@ def test_patience_stops_a_study_that_stopped_improving(storage) -> None:
 
 
 def test_records_are_written_for_every_measurement_and_read_by_calibrate(storage, tmp_path: Path) -> None:
-    from tiling_model.calibrate import read_records
+    from model_tools.calibrate import read_records
     from tuner.records import RecordLog
 
     path = tmp_path / "runs.jsonl"
@@ -392,6 +392,31 @@ def test_workers_starting_together_on_a_new_database_all_open_it(tmp_path: Path)
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
+def test_a_worker_killed_before_its_first_heartbeat_leaves_a_trial_that_is_failed_and_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed between ``study.ask()`` and its heartbeat thread's first write leaves a RUNNING trial
+    with no heartbeat, which Optuna's own ``fail_stale_trials`` never fails (a resumed sweep waited 600 s for
+    one in CI). It is failed after the grace period, and the resumed study runs the trials it held."""
+    from tuner import storage as storage_module
+
+    monkeypatch.setattr(storage_module, "HEARTBEAT_S", 1)
+    monkeypatch.setattr(storage_module, "GRACE_S", 2)
+    st = open_storage(f"sqlite:///{tmp_path / 'orphan.db'}")
+    key = StudyKey("Ascend910B2", Variant("float32", "none", False), 5000)
+    tune(key, ModelBackend(), st, trials=5)
+    study = optuna.load_study(study_name=key.study_name("model"), storage=st)
+    orphan = study.ask()  # RUNNING, and no heartbeat ever: its worker is gone
+    assert storage_module.fail_stale_trials(study) == []  # not yet a grace period old
+    t0 = time.monotonic()
+    entry = tune(key, ModelBackend(), st, trials=7)
+    assert 1.5 < time.monotonic() - t0 < 30
+    assert study.get_trials(deepcopy=False)[orphan.number].state == optuna.trial.TrialState.FAIL
+    assert entry.trials == 7  # the orphan's share was run: 7 completed trials, as asked
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(done) == 7
+
+
 def test_a_dead_workers_trial_is_waited_for_one_grace_period_and_a_live_one_to_its_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

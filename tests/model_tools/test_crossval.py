@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiling_model import calibrate as cal
-from tiling_model import crossval as cv
+from model_tools import calibrate as cal
+from model_tools import crossval as cv
+from model_tools.calibrate import CalibrationError
 from tiling_model import load_soc
-from tiling_model.calibrate import CalibrationError
 from tiling_model.simulate import SteadyL2
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "calibration"
@@ -158,7 +158,7 @@ def test_the_default_l2_state_is_cold_and_the_calibration_data_is_read_in_its_ow
 
 
 def test_the_scatter_plot_is_drawn(tmp_path: Path) -> None:
-    from tiling_model.calibration_plot import calibration_scatter
+    from model_tools.calibration_plot import calibration_scatter
 
     cases = cv.read_all(DATA, SOC)
     out = tmp_path / "s.png"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tiling_model.calibrate import Measured
+from model_tools.calibrate import Measured
 
 
 def calibration_scatter(cases: Sequence[Measured], errors: np.ndarray, out: Path, label: str) -> None:

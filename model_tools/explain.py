@@ -4,7 +4,7 @@ predicted time moves with tile size and core count.
 
 Everything here is read from the model itself (the per-core plan, the kernel's buffer plan, the
 simulator's stage costs and schedule, the space's scoring), so a picture cannot disagree with the
-prediction. ``tiling_model.explorer_plot`` draws it; ``POST /tiling/explain`` serves it as JSON.
+prediction. ``model_tools.explorer_plot`` draws it; ``POST /tiling/explain`` serves it as JSON.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The explorer's four pictures of one tiling (PNG or SVG), drawn from ``tiling_model.explain``:
+"""The explorer's four pictures of one tiling (PNG or SVG), drawn from ``model_tools.explain``:
 
 - ``core_map``: each core's element range (big, small, last core), its tiles, and in red what the
   tiling reads and writes past the tensors' end;
@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from tiling_model.explain import STAGES, Explanation
+from model_tools.explain import STAGES, Explanation
 
 PICTURES = ("core_map", "ub", "timeline", "landscape")
 FORMATS = ("svg", "png")

@@ -7,7 +7,7 @@ bandwidth, and the steady-state L2 curve), never a per-operator constant; each o
 by a fit on all the others, and the errors are reported per operator and per traffic class.
 ``calibrate_all`` is the shipped calibration (the fit on every operator, which ``python -m
 tiling_model calibrate --write`` puts into the profiles, and its held-out errors). The fit itself is
-``tiling_model.calibrate.fit``, the one calibration path.
+``model_tools.calibrate.fit``, the one calibration path.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tiling_model.calibrate import (
+from model_tools.calibrate import (
     CALIBRATION_FILES,
     F_SCALE,
     HBM_FLOOR,
@@ -120,7 +120,7 @@ def profile_document(
     own = target.name == measured.name
     values = fitted.values if own else derived_values(fitted, measured, target)
     how = (
-        f"fitted by `python -m tiling_model calibrate --write` on {', '.join(summary['data'])} "
+        f"fitted by `python -m model_tools calibrate --write` on {', '.join(summary['data'])} "
         f"({summary['cases']} primary cases of {summary['operators']} operators; "
         f"in-sample median |error| {100 * summary['median']:.1f}%, "
         f"leave-one-operator-out {100 * summary['loo_median']:.1f}%)"
@@ -128,7 +128,7 @@ def profile_document(
     doc["vector_cycle_scale"] = 1.0
     doc["sources"]["vector_cycle_scale"] = (
         "1: MSKPP's measured issue rates as they are (data/mskpp_vector_instr_910b1.csv); not fitted by default "
-        "(tiling_model.calibrate.OPTIONAL_PARAMS says why)"
+        "(model_tools.calibrate.OPTIONAL_PARAMS says why)"
     )
     for p, v in values.items():
         doc[p] = v

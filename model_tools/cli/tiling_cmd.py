@@ -1,4 +1,4 @@
-"""``python -m tiling_model tiling ...``: print a tiling, its per-core plan, violations and time."""
+"""``python -m model_tools tiling ...``: print a tiling, its per-core plan, violations and time."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tiling_model.cli.args import (
+from model_tools.cli.args import (
     L2_CHOICES,
     L2_HELP,
     SubParsers,
@@ -132,7 +132,7 @@ def run_tiling_command(args: argparse.Namespace) -> int:
             except InvalidTiling as e:  # shown with its violations (POST /tiling refuses it: a 422)
                 if not e.violations:
                     raise
-                print(f"python -m tiling_model: note: POST /tiling refuses these knobs: {e}", file=sys.stderr)
+                print(f"python -m model_tools: note: POST /tiling refuses these knobs: {e}", file=sys.stderr)
                 tuned = resolver.tuned(request)
                 merged = TilingParams(**(tuned.tiling.params.as_dict() | dict(given)))
                 t, soc = (
@@ -142,7 +142,7 @@ def run_tiling_command(args: argparse.Namespace) -> int:
         else:
             t = compute_tiling(args.shape, variant, params, args.soc, args.scheme, w.period or None)
     except (BadRequest, InvalidTiling) as e:
-        print(f"python -m tiling_model: error: {e}", file=sys.stderr)
+        print(f"python -m model_tools: error: {e}", file=sys.stderr)
         return 2
     rep = tiling_report(t, l2_state(args.l2), soc)
     if args.json:
@@ -151,13 +151,13 @@ def run_tiling_command(args: argparse.Namespace) -> int:
     else:
         _print_text(rep, args.max_cores)
     if args.plot:
-        from tiling_model.explain import explain
-        from tiling_model.explorer_plot import write_all
+        from model_tools.explain import explain
+        from model_tools.explorer_plot import write_all
 
         try:
             paths = write_all(explain(t, soc), args.plot)
         except OSError as e:
-            print(f"python -m tiling_model: error: cannot write the pictures to {args.plot}: {e}", file=sys.stderr)
+            print(f"python -m model_tools: error: cannot write the pictures to {args.plot}: {e}", file=sys.stderr)
             return 2
         print(f"pictures: {', '.join(str(p) for p in paths)}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -1,4 +1,4 @@
-"""``python -m tiling_model``: the tiling model from the command line.
+"""``python -m model_tools``: the tiling model from the command line.
 
 ``tiling`` computes, checks and times one tiling (tiling_cmd); ``predict``, ``calibrate`` and ``plot``
 drive the cost model (model_cmds); ``args`` holds the argument parsing they share (and tuner's CLI uses).
@@ -10,14 +10,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from tiling_model.cli.args import Parser
-from tiling_model.cli.model_cmds import add_model_commands, run_model_command
-from tiling_model.cli.tiling_cmd import add_tiling_command, run_tiling_command
+from model_tools.cli.args import Parser
+from model_tools.cli.model_cmds import add_model_commands, run_model_command
+from model_tools.cli.tiling_cmd import add_tiling_command, run_tiling_command
 from tiling_model.extras import missing_extra
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m tiling_model", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = Parser(prog="python -m model_tools", description=__doc__.split("\n\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     add_tiling_command(sub)
     add_model_commands(sub)
@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_tiling_command(args)
         return run_model_command(args)
     except ModuleNotFoundError as e:  # calibrate's scipy, plots' matplotlib: not in every install
-        line = missing_extra(e, f"python -m tiling_model {args.command}")
+        line = missing_extra(e, f"python -m model_tools {args.command}")
         if line is None:
             raise
         print(line, file=sys.stderr)

@@ -13,7 +13,7 @@ from tiling_model import Variant, compute_tiling
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tiling_model", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "model_tools", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_json_output_is_what_the_service_answers_and_the_seed_default_on_request() -> None:
@@ -113,7 +113,7 @@ def test_bad_input_exits_nonzero_with_one_line(args: list[str], needle: str) -> 
 @pytest.mark.parametrize("text", ["1024x1000", "[1024, 1000]", "1024 1000"])
 def test_the_cli_takes_a_shape_as_the_explorer_does(text: str) -> None:
     """1024x1024 (the explorer's and the docs' spelling) is 1024,1024, not a refusal."""
-    from tiling_model.cli.args import parse_shape
+    from model_tools.cli.args import parse_shape
 
     assert parse_shape(text) == parse_shape("1024,1000") == [1024, 1000]
 

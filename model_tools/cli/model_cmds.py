@@ -1,4 +1,4 @@
-"""``python -m tiling_model predict | calibrate | plot``: the cost model from the command line."""
+"""``python -m model_tools predict | calibrate | plot``: the cost model from the command line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tiling_model.cli.args import (
+from model_tools.cli.args import (
     L2_CHOICES,
     L2_HELP,
     SubParsers,
@@ -40,7 +40,7 @@ from tiling_model.space import score_space
 from tiling_model.tiling import TilingError, TilingParams, element_count, tile_kernel
 from tiling_model.variant import Variant
 
-#: What ``calibrate --free`` may name (tiling_model.calibrate.BOUNDS, without importing scipy here).
+#: What ``calibrate --free`` may name (model_tools.calibrate.BOUNDS, without importing scipy here).
 _FITTABLE = (
     "launch_us", "core_start_us", "hbm_gbps", "l2_gbps", "l2_half_bytes", "l2_falloff", "vector_cycle_scale",
     "vector_start_cycles", "mte2_scale", "mte3_scale",
@@ -195,8 +195,8 @@ def _predict(a: argparse.Namespace) -> int:
 
 
 def _calibrate(a: argparse.Namespace) -> int:
-    """One fit (tiling_model.calibrate), on the shipped measurements, your own, or a device's records."""
-    from tiling_model import calibrate as cal  # the fit (scipy): a tuning extra
+    """One fit (model_tools.calibrate), on the shipped measurements, your own, or a device's records."""
+    from model_tools import calibrate as cal  # the fit (scipy): a tuning extra
 
     if not a.data and not a.records:
         return _calibrate_shipped(a)
@@ -219,7 +219,7 @@ def _calibrate(a: argparse.Namespace) -> int:
     summary = {"data": sources, **summary}
     if a.out:
         out = profile_to_json(profile)
-        how = f"fitted by `python -m tiling_model calibrate` on {', '.join(sources)} ({len(cases)} cases)"
+        how = f"fitted by `python -m model_tools calibrate` on {', '.join(sources)} ({len(cases)} cases)"
         for name in summary["fitted"]:
             field = {"mte2_scale": "mte2_curve_kib_us", "mte3_scale": "mte3_curve_kib_us"}.get(name, name)
             out["sources"][field] = how
@@ -257,7 +257,7 @@ def _residual(m: Any, e: float) -> dict[str, Any]:
 
 
 def _plot(a: argparse.Namespace) -> int:
-    from tiling_model.plot import plot_all
+    from model_tools.plot import plot_all
 
     socs = a.soc or list(known_socs())
     for s in socs:
@@ -292,7 +292,7 @@ def _writing(path: Path) -> Iterator[None]:
 
 
 def _calibrate_shipped(a: argparse.Namespace) -> int:
-    from tiling_model import crossval as cv
+    from model_tools import crossval as cv
 
     soc = load_soc(a.soc)
     cal = cv.calibrate_all(a.calibration_dir, soc, loo=not a.no_loo)
@@ -315,7 +315,7 @@ def _calibrate_shipped(a: argparse.Namespace) -> int:
         for op, f in cal.folds.items():
             print(f"fit without {op}: " + ", ".join(f"{k}={v:g}" for k, v in f.values.items()))
     if a.scatter:
-        from tiling_model.calibration_plot import calibration_scatter
+        from model_tools.calibration_plot import calibration_scatter
 
         errs = cal.held_out if cal.held_out is not None else cal.in_sample
         with _writing(a.scatter):
@@ -336,8 +336,8 @@ def _calibrate_shipped(a: argparse.Namespace) -> int:
 
 
 def _crossval(a: argparse.Namespace) -> int:
-    from tiling_model import crossval as cv
-    from tiling_model.calibrate import errors
+    from model_tools import crossval as cv
+    from model_tools.calibrate import errors
 
     soc = load_soc(a.soc)
     cases = cv.read_all(a.data, soc)
@@ -378,5 +378,5 @@ def run_model_command(a: argparse.Namespace) -> int:
     try:
         return {"predict": _predict, "calibrate": _calibrate, "crossval": _crossval, "plot": _plot}[a.command](a)
     except BadRequest as e:
-        print(f"python -m tiling_model: error: {e}", file=sys.stderr)
+        print(f"python -m model_tools: error: {e}", file=sys.stderr)
         return 2

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiling_model import TilingParams, Variant, compute_tiling, load_soc
-from tiling_model.calibrate import (
+from model_tools.calibrate import (
     CalibrationError,
     Measured,
     calibrate,
@@ -22,6 +21,7 @@ from tiling_model.calibrate import (
     read_csv,
     read_records,
 )
+from tiling_model import TilingParams, Variant, compute_tiling, load_soc
 from tiling_model.correction import KnobCorrection
 from tiling_model.tiling import tile_kernel
 
@@ -133,7 +133,7 @@ def test_records_are_read_and_bad_lines_named(tmp_path: Path) -> None:
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tiling_model", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+        [sys.executable, "-m", "model_tools", *args], capture_output=True, text=True, timeout=300, cwd=cwd
     )
 
 

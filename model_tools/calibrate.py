@@ -11,7 +11,7 @@ kernel), the time, and the L2 state it was measured in. They come from
 ``fit`` is a robust least-squares fit of log(predicted / measured) (arctan loss: a case off by far more
 than ~20%, an implementation's fixed cost, pulls like arctan, not like its square) of chosen profile
 fields, each bounded by physics: bandwidths below their peaks and HBM at or above 80% of it, the L2 half
-point within twice the L2. It makes the shipped profiles (``tiling_model.crossval.calibrate_all``),
+point within twice the L2. It makes the shipped profiles (``model_tools.crossval.calibrate_all``),
 refits a profile to your own measurements (``calibrate``), and learns a device from a sweep's records
 (``fit_device``: the hardware parameters, then the knob correction of ``tiling_model.correction`` on
 what they leave).

@@ -1,0 +1,5 @@
+import sys
+
+from model_tools.cli import main
+
+sys.exit(main())

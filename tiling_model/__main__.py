@@ -1,5 +1,0 @@
-import sys
-
-from tiling_model.cli import main
-
-sys.exit(main())
