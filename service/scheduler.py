@@ -142,11 +142,25 @@ class Scheduler:
 
         warming.add_done_callback(warmed)
 
-    def shutdown(self) -> None:
+    def shutdown(self, grace_s: float = 2.0) -> None:
+        """Stop: queued jobs are cancelled, running ones get ``grace_s`` to finish, then their worker
+        processes are terminated. A picture nobody will receive must not hold a SIGTERM (an orchestrator
+        kills what does not stop in time, and a test's stop timed out behind a landscape being drawn)."""
         self._stopped = True
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # the executor's own map of its worker processes: ProcessPoolExecutor has no public handle on
+        # them before Python 3.14 (terminate_workers)
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + grace_s
+        for w in workers:
+            w.join(max(0.0, deadline - time.monotonic()))
+        for w in workers:
+            if w.is_alive():
+                w.terminate()
+                w.join(5)
 
     @property
     def queued(self) -> int:

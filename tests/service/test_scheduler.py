@@ -177,3 +177,19 @@ def test_a_jobs_cpu_time_in_its_worker_is_charged_to_the_share_while_others_are_
         s.shutdown()
     assert alone < 0.35, alone
     assert shared > alone + 0.25, (alone, shared)
+
+
+def test_a_stop_does_not_wait_for_a_running_job_past_its_grace() -> None:
+    """SIGTERM's path: a job still running after the grace has its worker terminated, so the service
+    stops in seconds, not when a picture nobody will receive is drawn."""
+    s = Scheduler(workers=1)
+    running = s.pool().submit(napping, "long", 60.0)
+    time.sleep(0.5)  # the job has started in its worker
+    workers = list(s.pool()._processes.values())
+    assert len(workers) == 1 and workers[0].is_alive()
+    started = time.monotonic()
+    s.shutdown(grace_s=0.5)
+    assert time.monotonic() - started < 5
+    assert not workers[0].is_alive()
+    with pytest.raises(Exception):  # noqa: B017,PT011 - cancelled or broken, never a result
+        running.result(timeout=10)
