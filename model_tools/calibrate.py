@@ -36,7 +36,7 @@ from tiling_model.correction import IDENTITY, KnobCorrection, fit_correction
 from tiling_model.cost import predict
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import NAMED_KERNELS, VECTOR_OPS, ElementwiseKernel, elementwise_kernel
-from tiling_model.simulate import DEFAULT_L2, L2_STATES, L2State
+from tiling_model.model_types import DEFAULT_L2, L2_STATES, L2State
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import (
     KNOB_NAMES,

@@ -17,8 +17,8 @@ import numpy as np
 from tiling_model import engine
 from tiling_model.cost import engine_kinds, predict_detail
 from tiling_model.kernels import bce_grad_kernel
+from tiling_model.model_types import DEFAULT_L2, KINDS
 from tiling_model.plan import core_plan
-from tiling_model.simulate import DEFAULT_L2, KINDS
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.space import score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiling_model import engine
-from tiling_model.simulate import DEFAULT_L2, GM_ALIGN_BYTES, CoreKinds, L2State
+from tiling_model.model_types import DEFAULT_L2, GM_ALIGN_BYTES, CoreKinds, L2State
 from tiling_model.soc import SocProfile, load_soc
 from tiling_model.tiling import TilingData
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from tiling_model import _engine
 from tiling_model.kernels import ElementwiseKernel
-from tiling_model.simulate import BatchResult, L2State, SteadyL2
+from tiling_model.model_types import BatchResult, L2State, SteadyL2
 from tiling_model.soc import SocProfile
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
@@ -106,7 +106,7 @@ _WARM = _engine.L2State(_engine.L2State.Kind.WARM)
 
 
 def l2_state(l2: L2State) -> _engine.L2State:
-    """A prediction's L2 state (simulate.L2State) as the engine's."""
+    """A prediction's L2 state (model_types.L2State) as the engine's."""
     if isinstance(l2, SteadyL2):
         return _engine.L2State(
             _engine.L2State.Kind.CURVE,

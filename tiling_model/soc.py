@@ -49,7 +49,7 @@ class SocProfile:
     vector_cycle_scale: float
     # The steady state of repeated launches: the share of a launch's traffic that hits L2 is
     # 1 / (1 + (footprint / l2_half_bytes) ** l2_falloff), at most the share the L2 can hold,
-    # min(1, l2_bytes / footprint) (simulate.SteadyL2).
+    # min(1, l2_bytes / footprint) (model_types.SteadyL2).
     l2_half_bytes: float
     l2_falloff: float
     sources: dict[str, str] = field(compare=False, hash=False)

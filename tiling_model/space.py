@@ -12,7 +12,7 @@ import numpy as np
 
 from tiling_model import engine
 from tiling_model.kernels import ElementwiseKernel
-from tiling_model.simulate import DEFAULT_L2, PRUNE_MARGIN_US, PRUNE_RELATIVE, BatchResult, L2State
+from tiling_model.model_types import DEFAULT_L2, PRUNE_MARGIN_US, PRUNE_RELATIVE, BatchResult, L2State
 from tiling_model.soc import SocProfile
 from tiling_model.tiling import TilingParams
 

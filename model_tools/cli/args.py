@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeAlias
 
-from tiling_model.simulate import L2_STATES, L2State
+from tiling_model.model_types import L2_STATES, L2State
 from tiling_model.variant import POS_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Broadcast, weight_spec
 
 

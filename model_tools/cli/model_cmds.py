@@ -34,7 +34,7 @@ from tiling_model.kernels import (
     bce_grad_kernel,
     elementwise_kernel,
 )
-from tiling_model.simulate import L2_STATES
+from tiling_model.model_types import L2_STATES
 from tiling_model.soc import known_socs, load_soc, profile_to_json
 from tiling_model.space import score_space
 from tiling_model.tiling import TilingError, TilingParams, element_count, tile_kernel

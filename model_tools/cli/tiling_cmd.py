@@ -22,9 +22,9 @@ from tiling_model.cost import predict_detail
 from tiling_model.dtypes import DTYPES, REDUCTIONS
 from tiling_model.errors import BadRequest, InvalidTiling
 from tiling_model.kernels import SCHEMES
+from tiling_model.model_types import DEFAULT_L2, L2State
 from tiling_model.plan import core_plan
 from tiling_model.resolve import Request, Resolver, load_tables, shipped_tables_dir
-from tiling_model.simulate import DEFAULT_L2, L2State
 from tiling_model.soc import SocProfile, known_socs
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling
 from tiling_model.validate import validate

@@ -24,7 +24,7 @@ from kernel.host_tiling import HostKnobs, build_host_tiling, query_host_tiling
 from service.answers import CachedAnswers, Query
 from service.config import SHIPPED_TABLES
 from tiling_model import BadRequest, BuildError, TilingParams, Variant, compute_tiling, load_soc
-from tiling_model.simulate import (
+from tiling_model.model_types import (
     BOUND_SLACK,
     GM_ALIGN_BYTES,
     PERIOD,

@@ -12,7 +12,7 @@ from model_tools import calibrate as cal
 from model_tools import crossval as cv
 from model_tools.calibrate import CalibrationError
 from tiling_model import load_soc
-from tiling_model.simulate import SteadyL2
+from tiling_model.model_types import SteadyL2
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "calibration"
 SOC = load_soc("Ascend910B2")
@@ -143,7 +143,7 @@ def test_the_default_l2_state_is_cold_and_the_calibration_data_is_read_in_its_ow
     """bcetune predicts and tunes for cold L2 (in training the kernel's inputs were written long before),
     while CANN-Bench repeated its launches: its cases are fitted and predicted in the steady state."""
     from tiling_model.cost import predict
-    from tiling_model.simulate import DEFAULT_L2
+    from tiling_model.model_types import DEFAULT_L2
     from tiling_model.tiling import compute_tiling
     from tiling_model.variant import Variant
 

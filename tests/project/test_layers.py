@@ -72,3 +72,16 @@ def test_the_checks_see_an_arrow_back_up(tmp_path: Path) -> None:
     f.write_text("import os\nfrom service.app import create_app\nimport kernel.npu as npu\nfrom . import x\n")
     assert imported_modules(f) == {"service.app", "kernel.npu"}
     assert not_allowed("kernel.npu", "service") and not not_allowed("kernel.sources", "service")
+
+
+def test_no_code_that_answers_imports_the_specification() -> None:
+    """The cost model's NumPy specification (tiling_model/simulate.py) is only read by the tests that hold
+    the engine equal to it (and a benchmark): what the engine's wrapper and the specification share lives
+    in tiling_model/model_types.py, so the specification can be edited as one without breaking serving."""
+    readers = sorted(
+        str(f.relative_to(ROOT))
+        for package in OURS
+        for f in (ROOT / package).rglob("*.py")
+        if f.name != "simulate.py" and any(m == "tiling_model.simulate" for m in imported_modules(f))
+    )
+    assert not readers, f"modules that answer import the specification: {readers}"

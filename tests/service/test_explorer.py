@@ -23,7 +23,8 @@ from model_tools.explorer_plot import PICTURES, render
 from service.config import SHIPPED_TABLES
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict_detail, validate
 from tiling_model.kernels import bce_grad_kernel
-from tiling_model.simulate import WARMUP, pipeline
+from tiling_model.model_types import WARMUP
+from tiling_model.simulate import pipeline
 from tiling_model.space import score_space
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,8 @@ from tiling_model import (
 )
 from tiling_model.cost import kinds_of
 from tiling_model.kernels import CYCLES_PER_REPEAT, bce_grad_kernel, elementwise_kernel
-from tiling_model.simulate import CoreKinds, copy_us, pipeline, simulate, vector_us
+from tiling_model.model_types import CoreKinds
+from tiling_model.simulate import copy_us, pipeline, simulate, vector_us
 from tiling_model.space import score_space
 from tiling_model.tiling import tile_kernel
 
@@ -228,8 +229,8 @@ def test_generic_kernel_predicts_like_the_bce_kernel_with_the_same_streams() -> 
 
 def _kinds_from_plan(t: TilingData) -> tuple[list[int], list[int], list[int], list[int], list[bool]]:
     """The per-kind work read core by core from core_plan (what kinds_of gives in closed form)."""
+    from tiling_model.model_types import GM_ALIGN_BYTES, KINDS
     from tiling_model.plan import core_plan
-    from tiling_model.simulate import GM_ALIGN_BYTES, KINDS
 
     plans = core_plan(t)
     tile_ok = (t.fields.tileDataNum * t.elem_bytes) % GM_ALIGN_BYTES == 0

@@ -15,12 +15,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import SOCS, kernel, period, sizes, variants
 
+import tiling_model.model_types as mt
 import tiling_model.simulate as sim
 from tiling_model import SocProfile, TilingParams, Variant, _engine, compute_tiling, engine, load_soc
 from tiling_model.correction import KnobCorrection
 from tiling_model.cost import engine_kinds, exact_bytes_moved, kinds_of, predict_detail
+from tiling_model.model_types import SteadyL2
 from tiling_model.pick import model_best
-from tiling_model.simulate import SteadyL2
 from tiling_model.space import BLOCK_CHOICES, ScoredSpace, enumerate_space, score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingError
 from tiling_model.validate import validate
@@ -39,7 +40,7 @@ def corrected(soc_name: str, seed: int | None) -> SocProfile:
 
 
 def spec_space(v: Variant, n: int, soc: str | SocProfile, blocks: tuple[int, ...] | None = None,
-               buffers: tuple[int, ...] | None = None, l2: sim.L2State = sim.DEFAULT_L2) -> ScoredSpace:  # fmt: skip
+               buffers: tuple[int, ...] | None = None, l2: mt.L2State = mt.DEFAULT_L2) -> ScoredSpace:  # fmt: skip
     """The whole space scored by the specification alone (no engine): simulate, then the knob factors."""
     soc, k = (load_soc(soc) if isinstance(soc, str) else soc), kernel(v, n)
     block, bn, tile, cores = enumerate_space(k, soc, n, blocks, buffers)
@@ -49,7 +50,7 @@ def spec_space(v: Variant, n: int, soc: str | SocProfile, blocks: tuple[int, ...
     return ScoredSpace(block, bn, tile, cores, r)
 
 
-def assert_traffic_is_the_specifications(t: TilingData, soc: SocProfile, l2: sim.L2State, spec_bytes: float) -> None:
+def assert_traffic_is_the_specifications(t: TilingData, soc: SocProfile, l2: mt.L2State, spec_bytes: float) -> None:
     """A launch's bytes three ways: the specification's (doubles), the engine's (doubles) and the exact
     Python ints a Prediction reports (cost.exact_bytes_moved); equal while the doubles are exact (< 2**53)."""
     k = engine_kinds(t)
@@ -70,7 +71,7 @@ def assert_traffic_is_the_specifications(t: TilingData, soc: SocProfile, l2: sim
     st.sampled_from(L2_STATES),
 )
 def test_one_prediction_is_the_specification_to_the_bit(
-    v: Variant, n: int, soc_name: str, block: int, bn: int, tile: int, cores: int, l2: sim.L2State
+    v: Variant, n: int, soc_name: str, block: int, bn: int, tile: int, cores: int, l2: mt.L2State
 ) -> None:
     soc = load_soc(soc_name)
     try:
@@ -97,7 +98,7 @@ def test_one_prediction_is_the_specification_to_the_bit(
     st.sampled_from(L2_STATES),
 )
 def test_the_seed_scheme_with_its_scalar_queue_is_the_specification_to_the_bit(
-    dtype: str, reduction: str, n: int, soc_name: str, block: int, cores: int, l2: sim.L2State
+    dtype: str, reduction: str, n: int, soc_name: str, block: int, cores: int, l2: mt.L2State
 ) -> None:
     soc = load_soc(soc_name)
     t = compute_tiling([n], Variant(dtype, reduction), TilingParams(block, None, None, cores), soc, "seed")
@@ -112,7 +113,7 @@ def test_the_seed_scheme_with_its_scalar_queue_is_the_specification_to_the_bit(
 @settings(max_examples=40, deadline=None)
 @given(variants, sizes, st.sampled_from(SOCS), st.sampled_from(L2_STATES), st.none() | st.integers(0, 1000))
 def test_a_whole_space_and_its_bounds_are_the_specifications_to_the_bit(
-    v: Variant, n: int, soc_name: str, l2: sim.L2State, correction: int | None
+    v: Variant, n: int, soc_name: str, l2: mt.L2State, correction: int | None
 ) -> None:
     soc, k = corrected(soc_name, correction), kernel(v, n)
     want = spec_space(v, n, soc, l2=l2)
@@ -161,12 +162,12 @@ def test_the_models_best_is_the_whole_spaces_best_valid(v: Variant, n: int, soc_
 def test_the_engines_constants_are_the_specifications() -> None:
     from tiling_model.space import TIE_DECIMALS, TILE_STEP_BYTES
 
-    assert (_engine.WARMUP, _engine.PERIOD, _engine.REPEAT_BYTES) == (sim.WARMUP, sim.PERIOD, sim.REPEAT_BYTES)
-    assert (_engine.GM_ALIGN_BYTES, _engine.TILE_STEP_BYTES) == (sim.GM_ALIGN_BYTES, TILE_STEP_BYTES)
+    assert (_engine.WARMUP, _engine.PERIOD, _engine.REPEAT_BYTES) == (mt.WARMUP, mt.PERIOD, mt.REPEAT_BYTES)
+    assert (_engine.GM_ALIGN_BYTES, _engine.TILE_STEP_BYTES) == (mt.GM_ALIGN_BYTES, TILE_STEP_BYTES)
     assert (_engine.BOUND_SLACK, _engine.PRUNE_MARGIN_US, _engine.PRUNE_RELATIVE) == (
-        sim.BOUND_SLACK, sim.PRUNE_MARGIN_US, sim.PRUNE_RELATIVE
+        mt.BOUND_SLACK, mt.PRUNE_MARGIN_US, mt.PRUNE_RELATIVE
     )  # fmt: skip
-    assert _engine.TIE_SCALE == 10.0**TIE_DECIMALS and _engine.DUP_CYCLES == sim.DUP_CYCLES
+    assert _engine.TIE_SCALE == 10.0**TIE_DECIMALS and _engine.DUP_CYCLES == mt.DUP_CYCLES
 
 
 def test_the_stub_names_exactly_what_the_module_has() -> None:
