@@ -207,6 +207,7 @@ NB_MODULE(_engine, m) {
     m.attr("BUFFER_CLASSES") = cost::kBufferClasses;
     m.attr("ALIGN_CLASSES") = cost::kAlignClasses;
     m.attr("CORE_CLASSES") = cost::kCoreClasses;
+    m.attr("MAX_BUFFERS_PER_POSITION") = cost::kMaxBuffersPerPosition;
 
     nb::class_<Soc>(m, "Soc", "A SoC profile's model numbers (the engine's SocModel), owning its DMA curves.")
         .def(nb::init<std::string, int64_t, double, double, double, double, double, double, double, double, double,
@@ -331,5 +332,9 @@ NB_MODULE(_engine, m) {
           nb::arg("soc"), nb::arg("kernel"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
           nb::arg("cores"),
           "The SoC's knob correction of one configuration (1 without one, or for another kernel).");
+    m.def("vecin_queues", &cost::VecinQueues, nb::arg("full_inputs"), nb::arg("scalar_queue_bytes"),
+          "VECIN queues of a kernel: its full inputs and a per-tile scalar queue (cost::VecinQueues).");
+    m.def("queue_limit_allows", &cost::QueueLimitAllows, nb::arg("vecin_queues"), nb::arg("vecout_queues"),
+          nb::arg("buffer_num"), "BUFFER_NUM buffers per queue fit the per-TPosition limit (cost::QueueLimitAllows).");
     m.def("tie_key", &cost::TieKey, nb::arg("us"), "A prediction rounded as ties are broken (np.round(us, 9)).");
 }

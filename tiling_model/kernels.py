@@ -14,13 +14,14 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from tiling_model import _engine
 from tiling_model.dtypes import DTYPE_BYTES, FLOAT_DTYPES, Dtype
 from tiling_model.errors import BadRequest
 from tiling_model.variant import PERIODIC_FORMS, Variant
 
 #: AscendC: at most 8 queue buffers carrying sync events per TPosition on A2/310B
-#: (ascendc-api.md s2.5, "max buffer number in same queue position").
-MAX_BUFFERS_PER_POSITION = 8
+#: (ascendc-api.md s2.5, "max buffer number in same queue position"): the engine's, the one queue limit.
+MAX_BUFFERS_PER_POSITION = _engine.MAX_BUFFERS_PER_POSITION
 #: The seed's sum/mean kernel keeps the scalar grad in a 16-element queue.
 SEED_SCALAR_QUEUE_ELEMS = 16
 #: Staging buffer (elements) through which a core writes its periodic pos_weight row.
@@ -108,7 +109,7 @@ class ElementwiseKernel:
 
     @property
     def vecin_queues(self) -> int:
-        return len(self.full_inputs) + (1 if self.scalar_queue_bytes else 0)
+        return _engine.vecin_queues(len(self.full_inputs), self.scalar_queue_bytes)
 
     @property
     def vecout_queues(self) -> int:
@@ -133,8 +134,8 @@ class ElementwiseKernel:
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - kernels are frozen values, few and long-lived
     def allowed_buffer_nums(self, choices: tuple[int, ...] = (1, 2, 3, 4)) -> tuple[int, ...]:
-        worst = max(self.vecin_queues, self.vecout_queues)
-        return tuple(b for b in choices if worst * b <= MAX_BUFFERS_PER_POSITION)
+        """The BUFFER_NUMs of ``choices`` the queue limit allows (the engine's QueueLimitAllows)."""
+        return tuple(b for b in choices if _engine.queue_limit_allows(self.vecin_queues, self.vecout_queues, b))
 
     def ub_buffers(self, tile_bytes: int, buffer_num: int) -> tuple[tuple[str, str, int, int], ...]:
         """Every buffer InitBuffer asks for, as (name, role, count, bytes each; each rounded up to 32 B,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
+from tiling_model import _engine
 from tiling_model.kernels import MAX_BUFFERS_PER_POSITION
 from tiling_model.plan import CorePlan, core_plan, core_runs
 from tiling_model.soc import SocProfile, load_soc
@@ -92,7 +93,7 @@ def _queue_limit(t: TilingData) -> Iterator[Violation]:
     bn = t.params.buffer_num
     for pos, queues in (("VECIN", t.kernel.vecin_queues), ("VECOUT", t.kernel.vecout_queues)):
         buffers = queues * bn
-        if buffers > MAX_BUFFERS_PER_POSITION:
+        if not _engine.queue_limit_allows(queues, 0, bn):  # per position: the engine's one queue limit
             yield Violation(
                 "queue_limit",
                 f"{queues} {pos} queues x buffer_num {bn} = {buffers} buffers; "

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "../op_kernel/bce_grad_tiling_data.h"
+#include "bce_grad_cost_model.h"
 
 namespace bce_grad {
 
@@ -88,7 +89,6 @@ constexpr int64_t kSeedBufferNum = 2;
 constexpr int64_t kSeedUbDataNumber = 5;
 constexpr int64_t kSeedScalarQueueElems = 16;
 constexpr uint64_t kU32 = 0xFFFFFFFFull;
-constexpr int64_t kMaxBuffersPerPosition = 8;  // TQue buffers per TPosition on A2/310B
 constexpr int64_t kLastDimStageElems = 768;  // staging buffer of the pos_weight row copy
 constexpr int64_t kLastDimSuperElems = 256;  // rows shorter than this are replicated in UB first
 
@@ -329,9 +329,8 @@ inline Status ResolveKnobs(const Knobs& in, const BufferPlan& plan, const Platfo
     k.bufferNum = in.bufferNum ? in.bufferNum : kSeedBufferNum;
     if (!in.bufferNum && scheme == Scheme::Exact) {
         // double buffering unless the queue limit forbids it (five VECIN queues allow one buffer)
-        int64_t queues = plan.fullInputs + (plan.scalarQueueBytes ? 1 : 0);
-        queues = queues > plan.outputs ? queues : plan.outputs;
-        while (k.bufferNum > 1 && queues * k.bufferNum > kMaxBuffersPerPosition) --k.bufferNum;
+        int64_t vecin = cost::VecinQueues(plan.fullInputs, plan.scalarQueueBytes);
+        while (k.bufferNum > 1 && !cost::QueueLimitAllows(vecin, plan.outputs, k.bufferNum)) --k.bufferNum;
     }
     if (k.blockBytes % 32) {
         *err = "block_bytes is not a multiple of 32";

@@ -60,10 +60,9 @@ inline const tuned::Entry* LookupTuned(const char* soc, const Variant& v, int64_
     return r == nullptr ? nullptr : EntryFor(*r, n);
 }
 
-/** The UB plan's queue count allows this BUFFER_NUM (ElementwiseKernel.allowed_buffer_nums), a scalar queue
- *  a VECIN queue as ComputeTiling and validate.py count it (no exported kernel has one today). */
+/** The kernel's queues allow this BUFFER_NUM (cost::QueueLimitAllows, the one queue limit). */
 inline bool BufferNumAllowed(const cost::KernelModel& k, int64_t bufferNum) {
-    return std::max(k.fullInputs + (k.scalarQueueBytes > 0 ? 1 : 0), k.outputs) * bufferNum <= kMaxBuffersPerPosition;
+    return cost::QueueLimitAllows(cost::VecinQueues(k.fullInputs, k.scalarQueueBytes), k.outputs, bufferNum);
 }
 
 /**

@@ -105,6 +105,22 @@ struct KernelModel {
     int64_t HbmStreams() const { return Streams() - workspaceInputs - rowInputs; }
 };
 
+/** AscendC allows at most 8 queue buffers carrying sync events per TPosition on A2/310B (ascendc-api.md
+ *  s2.5, "max buffer number in same queue position"). The queue limit exists here once: the host tiling's
+ *  default BUFFER_NUM (bce_grad_tiling_core.h), the tuned knobs' check (bce_grad_tuned_tiling.h) and, through
+ *  the binding, tiling_model.kernels and validate.py all ask these. */
+constexpr int64_t kMaxBuffersPerPosition = 8;
+
+/** VECIN queues of a kernel: one per full input, and one for a per-tile scalar queue (the seed's grad). */
+inline int64_t VecinQueues(int64_t fullInputs, int64_t scalarQueueBytes) {
+    return fullInputs + (scalarQueueBytes > 0 ? 1 : 0);
+}
+
+/** BUFFER_NUM buffers for every queue of the busier TPosition (VECIN, VECOUT) fit the limit. */
+inline bool QueueLimitAllows(int64_t vecinQueues, int64_t vecoutQueues, int64_t bufferNum) {
+    return std::max(vecinQueues, vecoutQueues) * bufferNum <= kMaxBuffersPerPosition;
+}
+
 /** The kernel with a rows operand of R elements per value (a per-call number, like n). */
 inline KernelModel WithRowLen(KernelModel k, int64_t rowLen) {
     if (k.rowInputs > 0) k.rowLen = rowLen;
