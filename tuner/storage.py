@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import warnings
 from datetime import datetime, timedelta
@@ -69,12 +70,27 @@ def open_storage(url: str = DEFAULT_STORAGE) -> optuna.storages.RDBStorage:
         @event.listens_for(storage.engine, "connect")
         def _sqlite_pragmas(conn: Any, _record: Any) -> None:
             cur = conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            _wal(cur)
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.close()
 
         storage.engine.dispose()  # later connections get the pragmas
     return storage
+
+
+def _wal(cur: Any, attempts: int = 20) -> None:
+    """Switch the file to WAL journaling, once (the mode is stored in the file): connections that open a new
+    database together all try, and SQLite refuses a journal-mode change with "database is locked" without
+    waiting on its busy timeout (seen with 8 workers on a loaded machine), so a refused switch is retried."""
+    for attempt in range(attempts):
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
 
 
 def fail_stale_trials(study: optuna.Study) -> list[int]:
