@@ -11,7 +11,7 @@ SHELL := bash
 .PHONY: run dev test test-fast lint sweep regate bench-model bench-search bench-regret bench-weight-forms bench-tiling-cpp bench-torch-op bench-loss bench-explorer bench-service soak-service bench-tiling-key doctor mutants docker-test clean
 
 # the cost model's engine, compiled into tiling_model._engine when the package is installed
-ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp tiling_model/include/bce_grad_cost_model.h
+ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp $(wildcard tiling_model/include/*.h)
 
 # everything: serving, tuning, the CPU twin, plots and the test tools
 $(STAMP): pyproject.toml $(ENGINE_SOURCES)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 import tiling_model.simulate as sim
-from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict
+from tiling_model import TilingParams, Variant, compute_tiling, engine, load_soc, predict
 from tiling_model.cost import kinds_of
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.pick import refit
@@ -35,7 +35,7 @@ def median_s(fn: Callable[[], object], repeats: int) -> float:
 
 def spec_space(kernel: object, soc: object, n: int, buffers: tuple[int, ...] | None = None) -> ScoredSpace:
     block, bn, tile, cores = enumerate_space(kernel, soc, n, None, buffers)  # type: ignore[arg-type]
-    kinds = sim.kinds_exact(n, kernel.elem_bytes, block, bn, tile, cores)  # type: ignore[attr-defined]
+    kinds = engine.core_kinds(n, kernel.elem_bytes, block, bn, tile, cores)
     return ScoredSpace(block, bn, tile, cores, sim.simulate(kernel, kinds, soc, np.full(block.shape, n)))  # type: ignore[arg-type]
 
 

@@ -1,7 +1,7 @@
 """The Ascend C BinaryCrossEntropyGrad kernel sources and their runners.
 
-``op_kernel/`` is the kernel (and the tiling struct shared with the host), ``op_host/`` the CANN
-host side, ``cpu/`` the CPU twin that runs the same source, ``npu.py`` the torch_npu runner,
+``op_kernel/`` is the kernel, ``op_host/`` the CANN host side (the tiling struct they share, and the
+host tiling arithmetic, live below both in ``tiling_model/include``), ``cpu/`` the CPU twin that runs the same source, ``npu.py`` the torch_npu runner,
 ``reference.py`` the float64 reference, ``sources.py`` the kernel's hash.
 
 Names: the requirement's formula is ``z = weight * grad * (p - y)`` and it calls the predicted
@@ -14,14 +14,15 @@ on both sides.
 from __future__ import annotations
 
 import re
-from importlib import resources
 
-TILING_HEADER = "op_kernel/bce_grad_tiling_data.h"
+from tiling_model.engine import INCLUDE_DIR
+
+TILING_HEADER = INCLUDE_DIR / "bce_grad_tiling_data.h"
 
 
 def tiling_struct_fields() -> list[tuple[str, str]]:
     """(type, name) of each field of ``BceGradTilingData``, in declaration order."""
-    text = (resources.files("kernel") / TILING_HEADER).read_text()
+    text = TILING_HEADER.read_text()
     body = re.search(r"struct\s+BceGradTilingData\s*\{(.*?)\};", text, re.S)
     if body is None:
         raise RuntimeError(f"BceGradTilingData not found in {TILING_HEADER}")

@@ -59,12 +59,13 @@ PY
     # infershape files (its CMake globs op_host/*.cpp) and the pure C++ headers they share with the tests
     rm -f "$proj"/op_host/*.cpp
     cp "$here"/op_host/*.cpp "$here"/op_host/*.h "$proj/op_host/"
-    # the cost model's engine lives below kernel/ (tiling_model/include, shared with the Python binding)
+    # the host tiling arithmetic, the tiling struct and the cost model's engine live below kernel/
+    # (tiling_model/include, shared with the Python binding): beside the TilingFunc, and the struct beside the kernel
     cp "$here"/../tiling_model/include/*.h "$proj/op_host/"
     # the re-fit must round as the service's cost model does: no FMA contraction (aarch64 hosts have FMA)
     sed -i '1i add_compile_options(-ffp-contract=off)' "$proj/op_host/CMakeLists.txt"
-    cp "$here"/op_kernel/bce_grad.cpp "$here"/op_kernel/bce_grad.h "$here"/op_kernel/bce_grad_tiling_data.h "$proj/op_kernel/"
-    # (op_host/bce_grad_tiling_core.h includes ../op_kernel/bce_grad_tiling_data.h: same layout there)
+    cp "$here"/op_kernel/bce_grad.cpp "$here"/op_kernel/bce_grad.h "$here"/../tiling_model/include/bce_grad_tiling_data.h \
+        "$proj/op_kernel/"
     # the custom-op flow of the kernel source: registered tiling struct, framework workspace first
     sed -i '1i add_ops_compile_options(ALL OPTIONS -DBCE_GRAD_CUSTOM_OP=1)' "$proj/op_kernel/CMakeLists.txt"
     (cd "$proj" && bash build.sh)

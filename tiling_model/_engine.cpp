@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "bce_grad_cost_model.h"
+#include "bce_grad_tiling_core.h"
 
 namespace nb = nanobind;
 namespace cost = bce_grad::cost;
@@ -125,6 +127,71 @@ cost::Kinds MakeKinds(const Triple& counts, const Triple& elems, const Triple& t
     std::tie(k.aligned[0], k.aligned[1], k.aligned[2]) = aligned;
     k.cores = cores;
     return k;
+}
+
+constexpr size_t kStructFields = sizeof(BceGradTilingData) / sizeof(int64_t);
+static_assert(sizeof(BceGradTilingData) == kStructFields * sizeof(int64_t), "the tiling struct is int64 fields only");
+using StructFields = std::vector<int64_t>;  // BceGradTilingData's fields in declaration order
+
+BceGradTilingData StructOf(const StructFields& fields) {
+    if (fields.size() != kStructFields) throw std::invalid_argument("the tiling struct has 17 fields");
+    BceGradTilingData f;
+    std::memcpy(&f, fields.data(), sizeof f);
+    return f;
+}
+
+StructFields FieldsOf(const BceGradTilingData& f) {
+    StructFields out(kStructFields);
+    std::memcpy(out.data(), &f, sizeof f);
+    return out;
+}
+
+/** The struct of one tiling from resolved knobs (the host tiling's ExactFields / SeedFields). */
+std::pair<StructFields, int64_t> TilingFields(const std::string& scheme, int64_t n, int64_t elem, int64_t block,
+                                              int64_t tile, int64_t coreNum, int64_t reduction, int64_t classes,
+                                              int64_t period, int64_t key) {
+    if (n < 0 || elem < 1 || block < elem || tile < elem || coreNum < 1) {
+        throw std::invalid_argument("n >= 0, and elem, block, tile and core_num >= 1 (block and tile >= elem)");
+    }
+    if (reduction < 0 || reduction > 2) throw std::invalid_argument("reduction is 0 (none), 1 (sum) or 2 (mean)");
+    bce_grad::Knobs k;
+    k.blockBytes = block;
+    k.tileBytes = tile;
+    k.coreNum = coreNum;
+    bce_grad::StructExtras x;
+    x.reduction = static_cast<bce_grad::Reduction>(reduction);
+    x.classes = classes;
+    x.period = period;
+    x.tilingKey = key;
+    BceGradTilingData f;
+    int64_t blockDim;
+    if (scheme == "exact") {
+        blockDim = bce_grad::ExactFields(n, elem, k, x, &f);
+    } else if (scheme == "seed") {
+        blockDim = bce_grad::SeedFields(n, elem, k, x, &f);
+    } else {
+        throw std::invalid_argument("scheme is 'exact' or 'seed'");
+    }
+    return {FieldsOf(f), blockDim};
+}
+
+using Run = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+/** The struct as the kernel reads it: (first core, cores, first element, elements, tiles, last tile's) for the
+ *  big, the small and the last cores (bce_grad_core_split.h RunsOf; tiles as the struct gives them). */
+std::vector<Run> CoreRuns(const StructFields& fields, int64_t blockDim) {
+    const BceGradTilingData f = StructOf(fields);
+    bce_grad::CoreRun runs[3];
+    bce_grad::RunsOf(bce_grad::SplitOf(f, blockDim), runs);
+    const int64_t tiles[3] = {f.finalBigTileNum, f.finalSmallTileNum, f.lastCoreTileNum};
+    const int64_t tails[3] = {f.bigTailDataNum, f.smallTailDataNum, f.lastCoreTailDataNum};
+    std::vector<Run> out;
+    for (int i = 0; i < 3; ++i) {
+        const bool any = runs[i].cores > 0;
+        out.emplace_back(runs[i].first, runs[i].cores, runs[i].start, runs[i].count, any ? tiles[i] : 0,
+                         any ? tails[i] : 0);
+    }
+    return out;
 }
 
 template <typename T>
@@ -332,6 +399,28 @@ NB_MODULE(_engine, m) {
           nb::arg("soc"), nb::arg("kernel"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
           nb::arg("cores"),
           "The SoC's knob correction of one configuration (1 without one, or for another kernel).");
+    m.def("tiling_fields", &TilingFields, nb::arg("scheme"), nb::arg("n"), nb::arg("elem_bytes"), nb::arg("block_bytes"),
+          nb::arg("tile_bytes"), nb::arg("core_num"), nb::arg("reduction"), nb::arg("classes"), nb::arg("weight_period"),
+          nb::arg("tiling_key"),
+          "(the struct's 17 fields, block dim) of one tiling from resolved knobs: the host tiling's own arithmetic.");
+    m.def("core_runs", &CoreRuns, nb::arg("fields"), nb::arg("block_dim"),
+          "The struct as the kernel reads it: (first core, cores, first element, elements, tiles, last tile's "
+          "elements) of the big, small and last cores; a run with no core is all 0 but its first core.");
+    m.def("kinds_of_struct",
+          [](const StructFields& fields, int64_t blockDim, int64_t elem) {
+              if (elem < 1) throw std::invalid_argument("elem_bytes must be positive");
+              return cost::KindsOfData(StructOf(fields), blockDim, elem);
+          },
+          nb::arg("fields"), nb::arg("block_dim"), nb::arg("elem_bytes"), "A tiling's core kinds from its struct (any scheme).");
+    m.def("kinds_of",
+          [](int64_t n, int64_t elem, int64_t block, int64_t tile, int64_t coreNum) {
+              if (n < 0 || elem < 1 || block < elem || tile < elem || coreNum < 1) {
+                  throw std::invalid_argument("n >= 0, and elem, block, tile and core_num >= 1 (block and tile >= elem)");
+              }
+              return cost::KindsOf(n, elem, block, tile, coreNum);
+          },
+          nb::arg("n"), nb::arg("elem_bytes"), nb::arg("block_bytes"), nb::arg("tile_bytes"), nb::arg("core_num"),
+          "The core kinds of the exact scheme's tiling with these knobs (cost::KindsOf).");
     m.def("vecin_queues", &cost::VecinQueues, nb::arg("full_inputs"), nb::arg("scalar_queue_bytes"),
           "VECIN queues of a kernel: its full inputs and a per-tile scalar queue (cost::VecinQueues).");
     m.def("queue_limit_allows", &cost::QueueLimitAllows, nb::arg("vecin_queues"), nb::arg("vecout_queues"),

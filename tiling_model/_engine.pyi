@@ -2,6 +2,7 @@
 module has exactly these names."""
 
 import enum
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -187,6 +188,21 @@ def pipelines(
     float,
 ]: ...
 def knob_factor(soc: Soc, kernel: Kernel, block_bytes: int, buffer_num: int, tile_bytes: int, cores: int) -> float: ...
+def tiling_fields(
+    scheme: str,
+    n: int,
+    elem_bytes: int,
+    block_bytes: int,
+    tile_bytes: int,
+    core_num: int,
+    reduction: int,
+    classes: int,
+    weight_period: int,
+    tiling_key: int,
+) -> tuple[list[int], int]: ...
+def core_runs(fields: Sequence[int], block_dim: int) -> list[tuple[int, int, int, int, int, int]]: ...
+def kinds_of_struct(fields: Sequence[int], block_dim: int, elem_bytes: int) -> Kinds: ...
+def kinds_of(n: int, elem_bytes: int, block_bytes: int, tile_bytes: int, core_num: int) -> Kinds: ...
 def vecin_queues(full_inputs: int, scalar_queue_bytes: int) -> int: ...
 def queue_limit_allows(vecin_queues: int, vecout_queues: int, buffer_num: int) -> bool: ...
 def tie_key(us: float) -> float: ...

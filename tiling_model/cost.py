@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model import engine
-from tiling_model.model_types import DEFAULT_L2, GM_ALIGN_BYTES, CoreKinds, L2State
+from tiling_model import _engine, engine
+from tiling_model.model_types import DEFAULT_L2, CoreKinds, L2State
 from tiling_model.soc import SocProfile, load_soc
-from tiling_model.tiling import TilingData
+from tiling_model.tiling import TilingData, astuple_fields
 
 PIPES = ("mte2", "vector", "mte3")
 
@@ -45,35 +45,9 @@ class Prediction:
 
 
 def engine_kinds(t: TilingData) -> engine.Kinds:
-    """The per-kind work of one tiling, in closed form from the struct: what ``core_plan`` gives core by
-    core (big cores below tailBlockNum, small ones after, core block_dim-1 the last), without building
-    it (tests/tiling_model/test_cost.py compares the two). Any scheme: the seed's kinds are its struct's."""
-    f, elem, bd = t.fields, t.elem_bytes, t.block_dim
-    if bd == 0:
-        return engine.Kinds(counts=(0, 0, 0), elems=(0, 0, 0), tiles=(0, 0, 0), tail=(0, 0, 0),
-                            aligned=(True, True, True), cores=0)  # fmt: skip
-    big_n = min(f.tailBlockNum, bd - 1)  # core bd-1 is the last core, whatever its index says
-    small_n = max(bd - 1 - f.tailBlockNum, 0)
-    small_start = f.bigCoreDataNum * f.tailBlockNum
-    last_start = f.bigCoreDataNum * (bd - 1) if bd - 1 < f.tailBlockNum else small_start + f.smallCoreDataNum * small_n
-
-    def ok(x: int) -> bool:
-        return (x * elem) % GM_ALIGN_BYTES == 0
-
-    tile_ok = ok(f.tileDataNum)
-    big, small = big_n > 0, small_n > 0
-    return engine.Kinds(
-        counts=(big_n, small_n, 1),
-        elems=(f.bigCoreDataNum if big else 0, f.smallCoreDataNum if small else 0, f.lastCoreDataNum),
-        tiles=(f.finalBigTileNum if big else 0, f.finalSmallTileNum if small else 0, f.lastCoreTileNum),
-        tail=(f.bigTailDataNum if big else 0, f.smallTailDataNum if small else 0, f.lastCoreTailDataNum),
-        aligned=(
-            big_n == 0 or (tile_ok and (big_n <= 1 or ok(f.bigCoreDataNum))),
-            small_n == 0 or (tile_ok and ok(small_start) and (small_n <= 1 or ok(f.smallCoreDataNum))),
-            tile_ok and ok(last_start),
-        ),
-        cores=bd,
-    )
+    """The per-kind work of one tiling of any scheme, as the kernel reads its struct (the engine's
+    ``KindsOfData``: big cores below tailBlockNum, small ones after, core block_dim-1 the last)."""
+    return _engine.kinds_of_struct(astuple_fields(t.fields), t.block_dim, t.elem_bytes)
 
 
 def kinds_of(t: TilingData) -> CoreKinds:
@@ -91,18 +65,6 @@ def kinds_of(t: TilingData) -> CoreKinds:
     )
 
 
-def exact_bytes_moved(t: TilingData, k: engine.Kinds) -> int:
-    """Bytes one launch moves, in Python ints (the engine's doubles are exact only below 2**53)."""
-    kernel = t.kernel
-    covered = sum(c * e for c, e in zip(k.counts, k.elems, strict=True))
-    scalar = len(kernel.scalar_inputs) * t.elem_bytes
-    if kernel.scalar_queue_bytes:
-        scalar = sum(c * n for c, n in zip(k.counts, k.tiles, strict=True)) * kernel.scalar_queue_bytes
-    rows = kernel.row_inputs * -(-covered // kernel.row_len) if kernel.row_inputs else 0  # ceil(n / R) values
-    dense = kernel.hbm_streams * covered
-    return (dense + rows) * t.elem_bytes + scalar + t.block_dim * kernel.workspace_inputs * kernel.row_bytes
-
-
 def predict_detail(t: TilingData, soc: SocProfile | None = None, l2: L2State = DEFAULT_L2) -> Prediction:
     """The prediction of one tiling and where its time goes (the engine's ``Evaluate``; the
     specification ``simulate`` gives the same numbers to the bit, tests/tiling_model/test_engine.py)."""
@@ -117,7 +79,7 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None, l2: L2State = D
         bottleneck = "hbm"
     else:
         bottleneck = PIPES[busy.index(max(busy))]  # the first of the busiest, as np.argmax
-    moved = exact_bytes_moved(t, k)
+    moved = int(p.bytes_moved)  # a whole number of bytes, exact below 2**53 (8 PiB)
     return Prediction(
         predicted_us=us,
         roofline_us=roof,

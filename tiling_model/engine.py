@@ -18,13 +18,14 @@ import numpy as np
 
 from tiling_model import _engine
 from tiling_model.kernels import ElementwiseKernel
-from tiling_model.model_types import BatchResult, L2State, SteadyL2
+from tiling_model.model_types import BatchResult, CoreKinds, L2State, SteadyL2
 from tiling_model.soc import SocProfile
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 """The engine's C++ header: what the CANN build's host code, the C++ host tiling and the tests include."""
 
 Kinds = _engine.Kinds
+kinds_of = _engine.kinds_of
 tie_key = _engine.tie_key
 
 _CACHE_LIMIT = 4096
@@ -234,4 +235,22 @@ def refit(
         seed_block=seed_block,
         seed_tile=seed_tile,
         seed_cores=seed_cores,
+    )
+
+
+def core_kinds(
+    n: int, elem: int, block_bytes: np.ndarray, buffer_num: np.ndarray, tile_bytes: np.ndarray, core_num: np.ndarray
+) -> CoreKinds:
+    """The core kinds of M exact-scheme knob sets at n elements (the engine's KindsOf, row by row), as the
+    vectorised specification reads them: what tests and benchmarks hand ``simulate``."""
+    rows = [_engine.kinds_of(n, elem, int(b), int(t), int(c)) for b, t, c in zip(block_bytes, tile_bytes, core_num, strict=True)]
+    return CoreKinds(
+        np.array([k.counts for k in rows], dtype=np.int64).reshape(-1, 3),
+        np.array([k.elems for k in rows], dtype=np.int64).reshape(-1, 3),
+        np.array([k.tiles for k in rows], dtype=np.int64).reshape(-1, 3),
+        np.array([k.tail for k in rows], dtype=np.int64).reshape(-1, 3),
+        np.array([k.aligned for k in rows], dtype=bool).reshape(-1, 3),
+        np.asarray(tile_bytes, dtype=np.int64) // elem,
+        np.asarray(buffer_num, dtype=np.int64),
+        np.array([k.cores for k in rows], dtype=np.int64),
     )

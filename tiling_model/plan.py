@@ -1,15 +1,17 @@
 """Per-core work as the kernel reads it from the tiling struct.
 
-This mirrors the kernel's Init: a core below tailBlockNum is a big core, the others small,
-and the last core (block_dim-1) takes the lastCore* fields. Validation, the cost model and
-the CLI summary all read the plan from here, so they cannot disagree with each other.
+The kernel's Init: a core below tailBlockNum is a big core, the others small, and the last core
+(block_dim-1) takes the lastCore* fields. That reading exists once, in C++ (``RunsOf`` in
+``include/bce_grad_core_split.h``, through the engine binding), and the cost model's core kinds read it
+too; validation and the CLI summary take it from here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiling_model.tiling import TilingData
+from tiling_model import _engine
+from tiling_model.tiling import TilingData, astuple_fields
 
 
 @dataclass(slots=True)
@@ -32,23 +34,6 @@ class CorePlan:
         return self.start + self.count
 
 
-def core_plan(t: TilingData) -> list[CorePlan]:
-    f = t.fields
-    plans = []
-    for i in range(t.block_dim):
-        if i < f.tailBlockNum:
-            kind, start = "big", f.bigCoreDataNum * i
-            count, tiles, tail = f.bigCoreDataNum, f.finalBigTileNum, f.bigTailDataNum
-        else:
-            kind = "small"
-            start = f.bigCoreDataNum * f.tailBlockNum + f.smallCoreDataNum * (i - f.tailBlockNum)
-            count, tiles, tail = f.smallCoreDataNum, f.finalSmallTileNum, f.smallTailDataNum
-        if i == t.block_dim - 1:
-            kind, count, tiles, tail = "last", f.lastCoreDataNum, f.lastCoreTileNum, f.lastCoreTailDataNum
-        plans.append(CorePlan(i, kind, start, count, tiles, f.tileDataNum, tail))
-    return plans
-
-
 @dataclass(frozen=True, slots=True)
 class CoreRun:
     """``cores`` consecutive cores that start ``count`` elements apart and do the same work (one CorePlan
@@ -69,23 +54,27 @@ class CoreRun:
         return self.start + self.cores * self.count
 
 
+_KINDS = ("big", "small", "last")
+
+
 def core_runs(t: TilingData) -> list[CoreRun]:
-    """``core_plan(t)`` as at most three runs, in core order (runs with no core left out)."""
-    f, last = t.fields, t.block_dim - 1
+    """The struct as the kernel reads it: at most three runs (big, small, last), in core order, runs with
+    no core left out."""
     if t.block_dim <= 0:
         return []
-    big = min(f.tailBlockNum, last)
-    small = max(last - f.tailBlockNum, 0)
-    small_start = f.bigCoreDataNum * f.tailBlockNum
-    if last < f.tailBlockNum:
-        last_start = f.bigCoreDataNum * last
-    else:
-        last_start = small_start + f.smallCoreDataNum * (last - f.tailBlockNum)
-    te = f.tileDataNum
-    runs = [
-        CoreRun("big", 0, big, 0, f.bigCoreDataNum, f.finalBigTileNum, te, f.bigTailDataNum),
-        CoreRun("small", f.tailBlockNum, small, small_start, f.smallCoreDataNum, f.finalSmallTileNum, te,
-                f.smallTailDataNum),
-        CoreRun("last", last, 1, last_start, f.lastCoreDataNum, f.lastCoreTileNum, te, f.lastCoreTailDataNum),
-    ]  # fmt: skip
-    return [r for r in runs if r.cores > 0]
+    runs = _engine.core_runs(astuple_fields(t.fields), t.block_dim)
+    te = t.fields.tileDataNum
+    return [
+        CoreRun(kind, first, cores, start, count, tiles, te, tail)
+        for kind, (first, cores, start, count, tiles, tail) in zip(_KINDS, runs, strict=True)
+        if cores > 0
+    ]
+
+
+def core_plan(t: TilingData) -> list[CorePlan]:
+    """``core_runs(t)`` core by core."""
+    return [
+        CorePlan(r.first + j, r.kind, r.start + j * r.count, r.count, r.tiles, r.tile_elems, r.tail_elems)
+        for r in core_runs(t)
+        for j in range(r.cores)
+    ]

@@ -39,7 +39,6 @@ from tiling_model.model_types import (
     BOUND_SLACK,
     DEFAULT_L2,
     DUP_CYCLES,
-    GM_ALIGN_BYTES,
     PERIOD,
     REPEAT_BYTES,
     WARMUP,
@@ -310,35 +309,6 @@ def _bounds(k: CoreKinds, c: _Costs, soc: SocProfile) -> tuple[np.ndarray, np.nd
     upper = np.where(live, nfull * period + fa + fb + fc + fixed, 0.0).max(axis=1)
     traffic_decides = upper * (1 + BOUND_SLACK) + BOUND_SLACK < c.bandwidth_us
     return lower, ~c.launched | (single | ~live).all(axis=1) | traffic_decides  # a kind with no core runs nothing
-
-
-def kinds_exact(
-    n: int, elem: int, block_bytes: np.ndarray, buffer_num: np.ndarray, tile_bytes: np.ndarray, core_num: np.ndarray
-) -> CoreKinds:
-    """Core kinds of the exact scheme for M parameter sets (vectorised ``tiling._exact_fields``)."""
-    block_elems = block_bytes // elem
-    tile_elems = tile_bytes // elem
-    blocks = -(-n // block_elems)
-    cores = np.maximum(np.minimum(core_num, blocks), 1)
-    every, tail_blocks = np.divmod(blocks, cores)
-    small = every * block_elems
-    big = small + block_elems
-    last = n - (big * tail_blocks + small * (cores - 1 - tail_blocks))
-    elems = np.stack([big, small, last], axis=1)
-    counts = np.stack([tail_blocks, cores - 1 - tail_blocks, np.ones_like(cores)], axis=1)
-    if n == 0:
-        counts = np.zeros_like(counts)
-        elems = np.zeros_like(elems)
-        cores = np.zeros_like(cores)
-    te = tile_elems[:, None]
-    tiles = np.where(elems > 0, -(-elems // te), 0)
-    tail = np.where(elems > 0, elems - (tiles - 1) * te, 0)
-    stride_ok = (tile_bytes % GM_ALIGN_BYTES == 0)[:, None]
-    big_ok = big * elem % GM_ALIGN_BYTES == 0
-    small_start_ok = ((big * tail_blocks) * elem % GM_ALIGN_BYTES == 0) & (small * elem % GM_ALIGN_BYTES == 0)
-    last_start_ok = (n - last) * elem % GM_ALIGN_BYTES == 0
-    aligned = stride_ok & np.stack([big_ok | (tail_blocks <= 1), small_start_ok, last_start_ok], axis=1)
-    return CoreKinds(counts, elems, tiles, tail, aligned, tile_elems, buffer_num, cores)
 
 
 def knob_factors(

@@ -18,6 +18,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from tiling_model import _engine
 from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype, Reduction
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, SCHEMES, ElementwiseKernel, Scheme, bce_grad_kernel
@@ -29,7 +30,6 @@ INT64_MAX = 2**63 - 1
 SEED_BLOCK_BYTES = 512
 SEED_BUFFER_NUM = 2
 SEED_UB_DATA_NUMBER = 5
-_U32 = 0xFFFFFFFF
 
 
 class TilingError(BadRequest):
@@ -257,20 +257,6 @@ def _check_tile(tile: int, dtype: Dtype, block: int, scheme: Scheme) -> None:
         )
 
 
-def _tiles(count: int, tile_elems: int) -> tuple[int, int]:
-    """(tile count, elements in the last tile) for ``count`` elements; (0, 0) when empty."""
-    if count <= 0:
-        return 0, 0
-    num = -(-count // tile_elems)
-    return num, count - (num - 1) * tile_elems
-
-
-def _scale_bits(reduction: Reduction, n: int) -> int:
-    scale = 1.0 if reduction != "mean" else (1.0 / n if n else 0.0)
-    bits: int = struct.unpack("<I", struct.pack("<f", scale))[0]
-    return bits
-
-
 def compute_tiling(
     shape: Sequence[int],
     variant: Variant,
@@ -330,9 +316,12 @@ def tile_kernel(
     v = variant if variant is not None else Variant(kernel.dtype, "none", weight="none")
     n = element_count(shape)
     rp = resolve_params(params, kernel, profile, scheme)
-    build = _seed_fields if scheme == "seed" else _exact_fields
     key = tiling_key(v, rp.buffer_num)
-    f, block_dim = build(n, kernel.elem_bytes, rp, v.reduction, classes, key, weight_period)
+    values, block_dim = _engine.tiling_fields(
+        scheme, n, kernel.elem_bytes, rp.block_bytes, rp.tile_bytes, rp.core_num, REDUCTION_ID[v.reduction],
+        classes, weight_period, key,
+    )  # the host tiling's own ExactFields / SeedFields (bce_grad_tiling_core.h)
+    f = TilingFields(*values)
     return TilingData(
         fields=f,
         block_dim=block_dim,
@@ -344,92 +333,6 @@ def tile_kernel(
         params=rp,
         kernel=kernel,
     )
-
-
-def _exact_fields(
-    n: int, elem: int, p: ResolvedParams, reduction: Reduction, classes: int, key: int = 0, period: int = 0
-) -> tuple[TilingFields, int]:
-    tile_elems = p.tile_bytes // elem
-    red = REDUCTION_ID[reduction]
-    if n == 0:
-        zero = _scale_bits(reduction, 0)
-        return TilingFields(0, 0, 0, 0, 0, tile_elems, 0, 0, 0, red, 0, 0, 0, zero, classes, key, period), 0
-    block_elems = p.block_bytes // elem
-    blocks = -(-n // block_elems)
-    cores = min(p.core_num, blocks)
-    every, tail_blocks = divmod(blocks, cores)
-    small = every * block_elems
-    big = (every + 1) * block_elems
-    small_tiles, small_tail = _tiles(small, tile_elems)
-    big_tiles, big_tail = _tiles(big, tile_elems)
-    last_start = big * tail_blocks + small * (cores - 1 - tail_blocks)
-    last = n - last_start
-    last_tiles, last_tail = _tiles(last, tile_elems)
-    f = TilingFields(
-        n,
-        small,
-        big,
-        big_tiles,
-        small_tiles,
-        tile_elems,
-        small_tail,
-        big_tail,
-        tail_blocks,
-        red,
-        last,
-        last_tiles,
-        last_tail,
-        _scale_bits(reduction, n),
-        classes,
-        key,
-        period,
-    )
-    return f, cores
-
-
-def _seed_fields(
-    n: int, elem: int, p: ResolvedParams, reduction: Reduction, classes: int, key: int = 0, period: int = 0
-) -> tuple[TilingFields, int]:
-    """The requirement's tiling, with its uint32 intermediates and its rounding."""
-    block = p.block_bytes
-    tile_block_num = max(p.tile_bytes // block, 1) & _U32
-    tile_data = ((tile_block_num * block) // elem) & _U32 or 1
-    blocks_total = (n * elem + block - 1) // block
-    cores = max(min(p.core_num, blocks_total), 1)
-    every = blocks_total // cores
-    tail_blocks = (blocks_total % cores) & _U32
-    small = (every * block // elem) & _U32
-    small_tiles = (every // tile_block_num) & _U32
-    final_small = small_tiles if every % tile_block_num == 0 else (small_tiles + 1) & _U32
-    small_tail = small - tile_data * small_tiles
-    small_tail = tile_data if small_tail <= 0 else small_tail & _U32
-    big_every = every + 1
-    big = (big_every * block // elem) & _U32
-    big_tiles = (big_every // tile_block_num) & _U32
-    final_big = big_tiles if big_every % tile_block_num == 0 else (big_tiles + 1) & _U32
-    big_tail = big - tile_data * big_tiles
-    big_tail = tile_data if big_tail <= 0 else big_tail & _U32
-    # The seed has no last-core fields: its last core is a small core (tailBlockNum < cores).
-    f = TilingFields(
-        n,
-        small,
-        big,
-        final_big,
-        final_small,
-        tile_data,
-        small_tail,
-        big_tail,
-        tail_blocks,
-        REDUCTION_ID[reduction],
-        small,
-        final_small,
-        small_tail,
-        _scale_bits(reduction, n),
-        classes,
-        key,
-        period,
-    )
-    return f, cores
 
 
 def params_from_dict(d: dict[str, int | None] | None) -> TilingParams:

@@ -33,6 +33,7 @@ import numpy as np
 from tiling_model import BadRequest, BuildError, TilingData, TilingParams, Variant, compute_tiling, load_soc
 from tiling_model import KernelFault as _KernelFault
 from tiling_model.variant import Broadcast, broadcast_of, pos_weight_of
+from kernel import TILING_HEADER
 
 DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype(np.float32),
@@ -77,7 +78,8 @@ class KernelBuildError(BuildError):
 def _sources() -> list[Path]:
     root = Path(str(resources.files("kernel")))
     files = sorted((root / "cpu").glob("*.h")) + sorted((root / "cpu").glob("*.cpp"))
-    return files + sorted((root / "op_kernel").glob("*.h")) + sorted((root / "op_kernel").glob("*.cpp"))
+    files += sorted((root / "op_kernel").glob("*.h")) + sorted((root / "op_kernel").glob("*.cpp"))
+    return [*files, TILING_HEADER]  # the struct the kernel shares with the host (tiling_model/include)
 
 
 def cache_dir() -> Path:
@@ -114,7 +116,8 @@ def compile_twin(entry: Path, out: Path, extra: tuple[str, ...] = ()) -> None:
     if cxx is None:
         raise KernelBuildError("no C++ compiler: install g++ (or set CXX) to run the kernel on the CPU twin")
     root = Path(str(resources.files("kernel")))
-    cmd = [cxx, *CXXFLAGS, *extra, "-I", str(root / "cpu"), "-I", str(root / "op_kernel"), str(entry), "-o", str(out)]
+    cmd = [cxx, *CXXFLAGS, *extra, "-I", str(root / "cpu"), "-I", str(root / "op_kernel"), "-I", str(TILING_HEADER.parent),
+           str(entry), "-o", str(out)]  # fmt: skip
     # a first use waits several seconds here: say so (once per build, on stderr; cached after)
     print(f"bcetune: building the CPU twin ({entry.name}, g++, several seconds; cached in {out.parent})",
           file=sys.stderr, flush=True)  # fmt: skip

@@ -19,7 +19,7 @@ import tiling_model.model_types as mt
 import tiling_model.simulate as sim
 from tiling_model import SocProfile, TilingParams, Variant, _engine, compute_tiling, engine, load_soc
 from tiling_model.correction import KnobCorrection
-from tiling_model.cost import engine_kinds, exact_bytes_moved, kinds_of, predict_detail
+from tiling_model.cost import engine_kinds, kinds_of, predict_detail
 from tiling_model.model_types import SteadyL2
 from tiling_model.pick import model_best
 from tiling_model.space import BLOCK_CHOICES, ScoredSpace, enumerate_space, score_space, tile_choices
@@ -44,19 +44,19 @@ def spec_space(v: Variant, n: int, soc: str | SocProfile, blocks: tuple[int, ...
     """The whole space scored by the specification alone (no engine): simulate, then the knob factors."""
     soc, k = (load_soc(soc) if isinstance(soc, str) else soc), kernel(v, n)
     block, bn, tile, cores = enumerate_space(k, soc, n, blocks, buffers)
-    kinds = sim.kinds_exact(n, k.elem_bytes, block, bn, tile, cores)
+    kinds = engine.core_kinds(n, k.elem_bytes, block, bn, tile, cores)
     r = sim.simulate(k, kinds, soc, np.full(block.shape, n), l2)
     r = replace(r, predicted_us=r.predicted_us * sim.knob_factors(k, soc, block, bn, tile, kinds.block_dim))
     return ScoredSpace(block, bn, tile, cores, r)
 
 
 def assert_traffic_is_the_specifications(t: TilingData, soc: SocProfile, l2: mt.L2State, spec_bytes: float) -> None:
-    """A launch's bytes three ways: the specification's (doubles), the engine's (doubles) and the exact
-    Python ints a Prediction reports (cost.exact_bytes_moved); equal while the doubles are exact (< 2**53)."""
+    """A launch's bytes three ways: the specification's (doubles), the engine's (doubles) and the whole
+    number a Prediction reports; equal while the doubles are exact (< 2**53)."""
     k = engine_kinds(t)
     engine_bytes = engine.evaluate(t.kernel, soc, k, t.fields.tileDataNum, t.params.buffer_num, t.n, l2).bytes_moved
-    exact = exact_bytes_moved(t, k)
-    assert exact < 2**53 and exact == engine_bytes == spec_bytes
+    reported = predict_detail(t, soc, l2).bytes_moved
+    assert reported < 2**53 and reported == engine_bytes == spec_bytes
 
 
 @settings(max_examples=300, deadline=None)
@@ -120,7 +120,7 @@ def test_a_whole_space_and_its_bounds_are_the_specifications_to_the_bit(
     got = score_space(k, soc, n, l2)
     for field in ("predicted_us", "core_us", "bandwidth_us", "busy_us", "bytes_moved", "roofline_us"):
         assert np.array_equal(getattr(got.result, field), getattr(want.result, field)), field
-    kinds = sim.kinds_exact(n, k.elem_bytes, want.block_bytes, want.buffer_num, want.tile_bytes, want.core_num)
+    kinds = engine.core_kinds(n, k.elem_bytes, want.block_bytes, want.buffer_num, want.tile_bytes, want.core_num)
     lower, certain = sim.bounds_us(k, kinds, soc, np.full(want.block_bytes.shape, n), l2)
     lower = lower * sim.knob_factors(k, soc, want.block_bytes, want.buffer_num, want.tile_bytes, kinds.block_dim)
     e_lower, e_certain = engine.bound(k, soc, n, want.block_bytes, want.buffer_num, want.tile_bytes, want.core_num, l2)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from strategies import SOCS, kernel, sizes, variants
 
 import tiling_model.simulate as sim
-from tiling_model import Variant, load_soc
+from tiling_model import Variant, engine, load_soc
 from tiling_model.space import BLOCK_CHOICES, enumerate_space, score_space
 
 
@@ -18,7 +18,7 @@ from tiling_model.space import BLOCK_CHOICES, enumerate_space, score_space
 def test_bounds_bound_and_certain_rows_are_exact(v: Variant, n: int, soc_name: str) -> None:
     soc, k = load_soc(soc_name), kernel(v, n)
     block, bn, tile, cores = enumerate_space(k, soc, n)
-    kinds = sim.kinds_exact(n, k.elem_bytes, block, bn, tile, cores)
+    kinds = engine.core_kinds(n, k.elem_bytes, block, bn, tile, cores)
     predicted = sim.simulate(k, kinds, soc, np.full(block.shape, n)).predicted_us
     lower, certain = sim.bounds_us(k, kinds, soc, np.full(block.shape, n))
     assert (lower <= predicted * (1 + 1e-12) + 1e-8).all()  # float rounding only (seen: 5e-9 us, 1e-15 relative)

@@ -11,7 +11,7 @@ import pytest
 import kernel
 from tiling_model import TilingFields, TilingParams, Variant, compute_tiling
 
-HEADER_DIR = Path(kernel.__file__).parent / "op_kernel"
+HEADER_DIR = kernel.TILING_HEADER.parent
 
 READER = r"""
 #include <cstdio>

@@ -22,6 +22,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "bce_grad_core_split.h"
+
 namespace bce_grad {
 namespace cost {
 
@@ -129,7 +131,9 @@ inline KernelModel WithRowLen(KernelModel k, int64_t rowLen) {
 
 constexpr double kDupCycles = 1.0;  // Duplicate, cycles per 256-B repeat (kernels.CYCLES_PER_REPEAT)
 
-/** The three kinds of core of an exact tiling (big, small, last): simulate.kinds_exact. */
+/** A tiling's three kinds of core (big, small, last: bce_grad_core_split.h RunsOf) as the model reads them:
+ *  how many cores of each, their elements, tiles and last tile's elements (0 where no core runs), whether
+ *  every copy of the kind starts on kGmAlignBytes, and the cores that run. */
 struct Kinds {
     int64_t counts[3];
     int64_t elems[3];
@@ -142,37 +146,31 @@ struct Kinds {
 /** Python's -(-a // b) for a >= 0, b > 0. */
 inline int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-inline Kinds KindsOf(int64_t n, int64_t elem, int64_t block, int64_t tile, int64_t coreNum) {
+/** The kinds of any scheme's tiling from its struct and block dim, as the kernel's Init reads the struct. */
+inline Kinds KindsOfData(const BceGradTilingData& f, int64_t blockDim, int64_t elem) {
     Kinds k{};
-    const int64_t blockElems = block / elem;
-    const int64_t te = tile / elem;
-    const int64_t blocks = Ceil(n, blockElems);
-    int64_t cores = std::max<int64_t>(std::min(coreNum, blocks), 1);
-    const int64_t every = blocks / cores;
-    const int64_t tailBlocks = blocks - every * cores;
-    const int64_t small = every * blockElems;
-    const int64_t big = small + blockElems;
-    const int64_t last = n - (big * tailBlocks + small * (cores - 1 - tailBlocks));
-    if (n == 0) {
-        cores = 0;
-    } else {
-        k.counts[0] = tailBlocks;
-        k.counts[1] = cores - 1 - tailBlocks;
-        k.counts[2] = 1;
-        k.elems[0] = big;
-        k.elems[1] = small;
-        k.elems[2] = last;
-    }
+    CoreRun runs[3];
+    RunsOf(SplitOf(f, blockDim), runs);
+    const int64_t tiles[3] = {f.finalBigTileNum, f.finalSmallTileNum, f.lastCoreTileNum};
+    const int64_t tails[3] = {f.bigTailDataNum, f.smallTailDataNum, f.lastCoreTailDataNum};
+    const bool strideOk = (f.tileDataNum * elem) % kGmAlignBytes == 0;
     for (int i = 0; i < 3; ++i) {
-        k.tiles[i] = k.elems[i] > 0 ? Ceil(k.elems[i], te) : 0;
-        k.tail[i] = k.elems[i] > 0 ? k.elems[i] - (k.tiles[i] - 1) * te : 0;
+        const bool runs_ = runs[i].cores > 0;
+        k.counts[i] = runs[i].cores;
+        k.elems[i] = runs_ ? runs[i].count : 0;
+        k.tiles[i] = runs_ ? tiles[i] : 0;
+        k.tail[i] = runs_ ? tails[i] : 0;
+        k.aligned[i] = !runs_ || (strideOk && RunStartsAligned(runs[i], elem, kGmAlignBytes));
     }
-    const bool strideOk = tile % kGmAlignBytes == 0;
-    k.aligned[0] = strideOk && ((big * elem) % kGmAlignBytes == 0 || tailBlocks <= 1);
-    k.aligned[1] = strideOk && (big * tailBlocks * elem) % kGmAlignBytes == 0 && (small * elem) % kGmAlignBytes == 0;
-    k.aligned[2] = strideOk && ((n - last) * elem) % kGmAlignBytes == 0;
-    k.cores = cores;
+    k.cores = blockDim > 0 ? blockDim : 0;
     return k;
+}
+
+/** The kinds of the exact scheme's tiling of n elements with these knobs (what its struct says). */
+inline Kinds KindsOf(int64_t n, int64_t elem, int64_t block, int64_t tile, int64_t coreNum) {
+    BceGradTilingData f{};
+    const int64_t blockDim = SplitFields(n, elem, block, tile, coreNum, &f);
+    return KindsOfData(f, blockDim, elem);
 }
 
 /** KindsOf's widest kind that has cores (at any tile: tiles are whole kTileStepBytes), without the tiles: its
@@ -183,39 +181,23 @@ struct WidestKind {
     bool aligned;
 };
 
-inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t blockElems, int64_t blocks, int64_t coreNum) {
+inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreNum) {
     static_assert(kTileStepBytes % kGmAlignBytes == 0, "every tile's stride is aligned");
-    const int64_t cores = std::max<int64_t>(std::min(coreNum, blocks), 1);
-    const int64_t every = blocks / cores;
-    const int64_t tailBlocks = blocks - every * cores;
-    const int64_t small = every * blockElems;
-    const int64_t big = small + blockElems;
-    const int64_t last = n - (big * tailBlocks + small * (cores - 1 - tailBlocks));
-    // KindsOf's big (tailBlocks cores), small (cores - 1 - tailBlocks) and last (one) kinds, 0 where no core runs
-    const int64_t elems[3] = {tailBlocks > 0 ? big : 0, cores - 1 - tailBlocks > 0 ? small : 0, last};
-    const bool aligned[3] = {(big * elem) % kGmAlignBytes == 0 || tailBlocks <= 1,
-                             (big * tailBlocks * elem) % kGmAlignBytes == 0 && (small * elem) % kGmAlignBytes == 0,
-                             ((n - last) * elem) % kGmAlignBytes == 0};
     WidestKind w{0, false};
-    for (int i = 0; i < 3; ++i) {
-        if (elems[i] <= 0) continue;
-        if (elems[i] > w.elems) w = WidestKind{elems[i], false};
-        if (elems[i] == w.elems && aligned[i]) w.aligned = true;
+    if (n <= 0) return w;
+    CoreRun runs[3];
+    RunsOf(SplitCores(n, block / elem, coreNum), runs);
+    for (const CoreRun& r : runs) {
+        if (r.cores <= 0 || r.count <= 0) continue;
+        if (r.count > w.elems) w = WidestKind{r.count, false};
+        if (r.count == w.elems && RunStartsAligned(r, elem, kGmAlignBytes)) w.aligned = true;
     }
     return w;
 }
 
-inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreNum) {
-    const int64_t blockElems = block / elem;
-    return WidestOf(n, elem, blockElems, Ceil(n, blockElems), coreNum);  // blocks' elements, and how many blocks
-}
-
 /** kd (computed for any tile) with the tiles and last-tile sizes of tiles of te elements. */
 inline Kinds WithTile(Kinds kd, int64_t te) {
-    for (int i = 0; i < 3; ++i) {
-        kd.tiles[i] = kd.elems[i] > 0 ? Ceil(kd.elems[i], te) : 0;
-        kd.tail[i] = kd.elems[i] > 0 ? kd.elems[i] - (kd.tiles[i] - 1) * te : 0;
-    }
+    for (int i = 0; i < 3; ++i) Tiles(kd.elems[i], te, &kd.tiles[i], &kd.tail[i]);
     return kd;
 }
 
@@ -1032,8 +1014,6 @@ public:
         const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
         curvesRise_ = Rises(s.mte2) && Rises(s.mte3) && s.misalignedFactor > 0.0;
         for (int b = 0; b < nBlocks; ++b) {
-            blockElems_[b] = blocks[b] / k.elemBytes;
-            blockCount_[b] = Ceil(n, blockElems_[b]);
             coresMax_[b] = std::min(std::min(maxCores, std::max<int64_t>(Ceil(n * k.elemBytes, blocks[b]), 1)), kMaxCores);
             topCores_ = std::max(topCores_, coresMax_[b]);
         }
@@ -1319,7 +1299,7 @@ private:
         int count = 0;
         for (int b = 0; b < nBlocks_; ++b) {
             if (c > coresMax_[b]) continue;
-            const WidestKind widest = WidestOf(n_, k_.elemBytes, blockElems_[b], blockCount_[b], c);
+            const WidestKind widest = WidestOf(n_, k_.elemBytes, blocks_[b], c);
             const Lines lines = widest.aligned ? Lines::Aligned : Lines::Misaligned;
             int i = 0;
             while (i < count && (widths[i].elems != widest.elems || widths[i].lines != lines)) ++i;
@@ -1451,7 +1431,6 @@ private:
     const int64_t stepElems_;  // elements per tile step
     int64_t coresMax_[kMaxBlocks] = {};
     bool curvesRise_ = false;  // the copy curves never fall: a copy of more bytes never takes less time
-    int64_t blockElems_[kMaxBlocks] = {}, blockCount_[kMaxBlocks] = {};  // per block: its elements, blocks of n
     int64_t widestTop_[kMaxCores + 1] = {};  // per core count: no pair's widest core holds more
     int64_t topCores_ = 0;
     int64_t queued_ = 0;

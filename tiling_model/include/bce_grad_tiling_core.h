@@ -1,9 +1,9 @@
 /**
- * Host tiling of BinaryCrossEntropyGrad as pure C++17 (no CANN headers): the same arithmetic as
- * tiling_model (Python), field for field, for the "seed" scheme (the requirement's tiling, flaws
- * included) and the "exact" scheme (every element on exactly one core and tile). The CANN
- * TilingFunc wraps this with the platform's UB size and vector core count; tests compile it with
- * g++ and compare it with tiling_model on thousands of cases.
+ * Host tiling of BinaryCrossEntropyGrad as pure C++17 (no CANN headers), for the "seed" scheme (the
+ * requirement's tiling, flaws included) and the "exact" scheme (every element on exactly one core and
+ * tile, bce_grad_core_split.h). The CANN TilingFunc wraps this with the platform's UB size and vector core
+ * count; Python's tiling_model fills its struct with the same ExactFields / SeedFields through the engine
+ * binding, and tests compile the whole path with g++ and compare it with tiling_model on thousands of cases.
  */
 #ifndef BCE_GRAD_TILING_CORE_H
 #define BCE_GRAD_TILING_CORE_H
@@ -11,8 +11,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../op_kernel/bce_grad_tiling_data.h"
+#include "bce_grad_core_split.h"
 #include "bce_grad_cost_model.h"
+#include "bce_grad_tiling_data.h"
 
 namespace bce_grad {
 
@@ -307,16 +308,6 @@ inline int64_t ScaleBits(Reduction r, int64_t n) {
     return static_cast<int64_t>(bits);
 }
 
-inline void Tiles(int64_t count, int64_t tileElems, int64_t* num, int64_t* tail) {
-    if (count <= 0) {
-        *num = 0;
-        *tail = 0;
-        return;
-    }
-    *num = (count + tileElems - 1) / tileElems;
-    *tail = count - (*num - 1) * tileElems;
-}
-
 inline Status ResolveKnobs(const Knobs& in, const BufferPlan& plan, const Platform& p, Scheme scheme, Knobs* out,
                            const char** err) {
     if (in.blockBytes < 0 || in.bufferNum < 0 || in.tileBytes < 0 || in.coreNum < 0) {
@@ -358,41 +349,34 @@ inline Status ResolveKnobs(const Knobs& in, const BufferPlan& plan, const Platfo
     return Status::Ok;
 }
 
-/** Exact scheme: the last core is cut to end at element n-1. */
-inline void ExactFields(int64_t n, int64_t elem, const Knobs& k, const Variant& v, TilingResult* r) {
-    BceGradTilingData& f = r->data;
-    int64_t tileElems = k.tileBytes / elem;
-    std::memset(&f, 0, sizeof f);
-    f.tileDataNum = tileElems;
-    f.reduction = static_cast<int64_t>(v.reduction);
-    f.scaleBits = ScaleBits(v.reduction, n);
-    f.posWeightClasses = v.posWeight == PosWeight::LastDim ? v.classes : 0;
-    f.weightPeriod = v.weight == Form::LastDim || v.weight == Form::Rows ? v.weightPeriod : 0;
-    r->blockDim = 0;
-    if (n == 0) {
-        return;
-    }
-    int64_t blockElems = k.blockBytes / elem;
-    int64_t blocks = (n + blockElems - 1) / blockElems;
-    int64_t cores = k.coreNum < blocks ? k.coreNum : blocks;
-    int64_t every = blocks / cores;
-    int64_t tailBlocks = blocks % cores;
-    int64_t small = every * blockElems;
-    int64_t big = (every + 1) * blockElems;
-    f.totalLength = n;
-    f.smallCoreDataNum = small;
-    f.bigCoreDataNum = big;
-    Tiles(small, tileElems, &f.finalSmallTileNum, &f.smallTailDataNum);
-    Tiles(big, tileElems, &f.finalBigTileNum, &f.bigTailDataNum);
-    f.tailBlockNum = tailBlocks;
-    f.lastCoreDataNum = n - (big * tailBlocks + small * (cores - 1 - tailBlocks));
-    Tiles(f.lastCoreDataNum, tileElems, &f.lastCoreTileNum, &f.lastCoreTailDataNum);
-    r->blockDim = cores;
+/** What the struct carries besides the split: the reduction, the operands' periods and the tiling key. */
+struct StructExtras {
+    Reduction reduction = Reduction::None;
+    int64_t classes = 0;  // C of a last-dim pos_weight, else 0
+    int64_t period = 0;   // P of a last-dim weight, R of a rows weight, else 0
+    int64_t tilingKey = 0;
+};
+
+inline void FillExtras(int64_t n, const StructExtras& x, BceGradTilingData* f) {
+    f->reduction = static_cast<int64_t>(x.reduction);
+    f->scaleBits = ScaleBits(x.reduction, n);
+    f->posWeightClasses = x.classes;
+    f->weightPeriod = x.period;
+    f->tilingKey = x.tilingKey;
+}
+
+/** Exact scheme: every element on exactly one core and tile, the last core cut to end at element n-1
+ *  (bce_grad_core_split.h). Returns the block dim. */
+inline int64_t ExactFields(int64_t n, int64_t elem, const Knobs& k, const StructExtras& x, BceGradTilingData* f) {
+    std::memset(f, 0, sizeof *f);
+    const int64_t blockDim = SplitFields(n, elem, k.blockBytes, k.tileBytes, k.coreNum, f);
+    FillExtras(n, x, f);
+    return blockDim;
 }
 
 /** The requirement's tiling, with its uint32 intermediates and its rounding to whole blocks. */
-inline void SeedFields(int64_t n, int64_t elem, const Knobs& k, const Variant& v, TilingResult* r) {
-    BceGradTilingData& f = r->data;
+inline int64_t SeedFields(int64_t n, int64_t elem, const Knobs& k, const StructExtras& x, BceGradTilingData* out) {
+    BceGradTilingData& f = *out;
     std::memset(&f, 0, sizeof f);
     uint64_t block = static_cast<uint64_t>(k.blockBytes);
     uint64_t e = static_cast<uint64_t>(elem);
@@ -425,13 +409,11 @@ inline void SeedFields(int64_t n, int64_t elem, const Knobs& k, const Variant& v
     f.smallTailDataNum = smallTail;
     f.bigTailDataNum = bigTail;
     f.tailBlockNum = static_cast<int64_t>(tailBlocks);
-    f.reduction = static_cast<int64_t>(v.reduction);
     f.lastCoreDataNum = f.smallCoreDataNum;  // the seed's last core is a small core
     f.lastCoreTileNum = f.finalSmallTileNum;
     f.lastCoreTailDataNum = f.smallTailDataNum;
-    f.scaleBits = ScaleBits(v.reduction, n);
-    f.posWeightClasses = 0;
-    r->blockDim = static_cast<int64_t>(cores);
+    FillExtras(n, x, &f);
+    return static_cast<int64_t>(cores);
 }
 
 /** Compute the tiling of one call with n elements; err is set when the status is not Ok. */
@@ -454,13 +436,14 @@ inline Status ComputeTiling(int64_t n, const Variant& v, const Knobs& knobs, con
     if (s != Status::Ok) return s;
     s = ResolveKnobs(knobs, plan, p, scheme, &out->knobs, err);
     if (s != Status::Ok) return s;
-    if (scheme == Scheme::Seed) {
-        SeedFields(n, plan.elemBytes, out->knobs, v, out);
-    } else {
-        ExactFields(n, plan.elemBytes, out->knobs, v, out);
-    }
     out->tilingKey = TilingKey(v, out->knobs.bufferNum);
-    out->data.tilingKey = out->tilingKey;
+    StructExtras x;
+    x.reduction = v.reduction;
+    x.classes = v.posWeight == PosWeight::LastDim ? v.classes : 0;
+    x.period = (v.weight == Form::LastDim || v.weight == Form::Rows) ? v.weightPeriod : 0;
+    x.tilingKey = out->tilingKey;
+    out->blockDim = scheme == Scheme::Seed ? SeedFields(n, plan.elemBytes, out->knobs, x, &out->data)
+                                           : ExactFields(n, plan.elemBytes, out->knobs, x, &out->data);
     return Status::Ok;
 }
 
