@@ -1,7 +1,8 @@
 """The Ascend C BinaryCrossEntropyGrad kernel sources and their runners.
 
 ``op_kernel/`` is the kernel, ``op_host/`` the CANN host side (the tiling struct they share, and the
-host tiling arithmetic, live below both in ``tiling_model/include``), ``cpu/`` the CPU twin that runs the same source, ``npu.py`` the torch_npu runner,
+host tiling arithmetic, live below both in ``tiling_model/include``), ``cpu/`` the CPU twin that runs
+the same source, ``npu.py`` the torch_npu runner,
 ``reference.py`` the float64 reference, ``sources.py`` the kernel's hash.
 
 Names: the requirement's formula is ``z = weight * grad * (p - y)`` and it calls the predicted

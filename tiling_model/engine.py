@@ -243,7 +243,8 @@ def core_kinds(
 ) -> CoreKinds:
     """The core kinds of M exact-scheme knob sets at n elements (the engine's KindsOf, row by row), as the
     vectorised specification reads them: what tests and benchmarks hand ``simulate``."""
-    rows = [_engine.kinds_of(n, elem, int(b), int(t), int(c)) for b, t, c in zip(block_bytes, tile_bytes, core_num, strict=True)]
+    knobs = zip(block_bytes, tile_bytes, core_num, strict=True)
+    rows = [_engine.kinds_of(n, elem, int(b), int(t), int(c)) for b, t, c in knobs]
     return CoreKinds(
         np.array([k.counts for k in rows], dtype=np.int64).reshape(-1, 3),
         np.array([k.elems for k in rows], dtype=np.int64).reshape(-1, 3),

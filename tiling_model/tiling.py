@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from tiling_model import _engine
-from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype, Reduction
+from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, SCHEMES, ElementwiseKernel, Scheme, bce_grad_kernel
 from tiling_model.soc import SocProfile, load_soc
@@ -318,8 +318,16 @@ def tile_kernel(
     rp = resolve_params(params, kernel, profile, scheme)
     key = tiling_key(v, rp.buffer_num)
     values, block_dim = _engine.tiling_fields(
-        scheme, n, kernel.elem_bytes, rp.block_bytes, rp.tile_bytes, rp.core_num, REDUCTION_ID[v.reduction],
-        classes, weight_period, key,
+        scheme,
+        n,
+        kernel.elem_bytes,
+        rp.block_bytes,
+        rp.tile_bytes,
+        rp.core_num,
+        REDUCTION_ID[v.reduction],
+        classes,
+        weight_period,
+        key,
     )  # the host tiling's own ExactFields / SeedFields (bce_grad_tiling_core.h)
     f = TilingFields(*values)
     return TilingData(

@@ -30,10 +30,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from kernel import TILING_HEADER
 from tiling_model import BadRequest, BuildError, TilingData, TilingParams, Variant, compute_tiling, load_soc
 from tiling_model import KernelFault as _KernelFault
 from tiling_model.variant import Broadcast, broadcast_of, pos_weight_of
-from kernel import TILING_HEADER
 
 DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype(np.float32),
@@ -116,8 +116,8 @@ def compile_twin(entry: Path, out: Path, extra: tuple[str, ...] = ()) -> None:
     if cxx is None:
         raise KernelBuildError("no C++ compiler: install g++ (or set CXX) to run the kernel on the CPU twin")
     root = Path(str(resources.files("kernel")))
-    cmd = [cxx, *CXXFLAGS, *extra, "-I", str(root / "cpu"), "-I", str(root / "op_kernel"), "-I", str(TILING_HEADER.parent),
-           str(entry), "-o", str(out)]  # fmt: skip
+    includes = ["-I", str(root / "cpu"), "-I", str(root / "op_kernel"), "-I", str(TILING_HEADER.parent)]
+    cmd = [cxx, *CXXFLAGS, *extra, *includes, str(entry), "-o", str(out)]
     # a first use waits several seconds here: say so (once per build, on stderr; cached after)
     print(f"bcetune: building the CPU twin ({entry.name}, g++, several seconds; cached in {out.parent})",
           file=sys.stderr, flush=True)  # fmt: skip
