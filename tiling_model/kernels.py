@@ -22,12 +22,12 @@ from tiling_model.variant import PERIODIC_FORMS, Variant
 #: AscendC: at most 8 queue buffers carrying sync events per TPosition on A2/310B
 #: (ascendc-api.md s2.5, "max buffer number in same queue position"): the engine's, the one queue limit.
 MAX_BUFFERS_PER_POSITION = _engine.MAX_BUFFERS_PER_POSITION
-#: The seed's sum/mean kernel keeps the scalar grad in a 16-element queue.
-SEED_SCALAR_QUEUE_ELEMS = 16
+#: The seed's sum/mean kernel keeps the scalar grad in a 16-element queue (the host tiling's constant).
+SEED_SCALAR_QUEUE_ELEMS: int = _engine.SEED_SCALAR_QUEUE_ELEMS
 #: Staging buffer (elements) through which a core writes its periodic pos_weight row.
-LAST_DIM_STAGE_ELEMS = 768
+LAST_DIM_STAGE_ELEMS: int = _engine.LAST_DIM_STAGE_ELEMS
 #: Row copies shorter than this are replicated in UB first, so small C costs few DMAs.
-LAST_DIM_SUPER_ELEMS = 256
+LAST_DIM_SUPER_ELEMS: int = _engine.LAST_DIM_SUPER_ELEMS
 
 #: Cycles per 256-B repeat on one 910B1 AIV, fp32 unless the key says otherwise (MSKPP,
 #: data/mskpp_vector_instr_910b1.csv): binary ops 2, tensor-scalar and unary ops 1, exp/ln/sqrt
@@ -137,43 +137,45 @@ class ElementwiseKernel:
         """The BUFFER_NUMs of ``choices`` the queue limit allows (the engine's QueueLimitAllows)."""
         return tuple(b for b in choices if _engine.queue_limit_allows(self.vecin_queues, self.vecout_queues, b))
 
+    def buffer_plan(self) -> _engine.BufferPlan:
+        """The kernel's UB plan in the engine (``BufferPlan``, bce_grad_tiling_core.h): the one UB arithmetic,
+        shared with the CANN host tiling."""
+        return _engine.BufferPlan(
+            full_inputs=len(self.full_inputs),
+            outputs=len(self.outputs),
+            elem_bytes=self.elem_bytes,
+            temp_bytes_per_elem=self.temp_bytes_per_elem,
+            scalar_queue_bytes=self.scalar_queue_bytes,
+            row_bytes=self.row_bytes,
+            temp_buffers=self.temp_buffers,
+        )
+
     def ub_buffers(self, tile_bytes: int, buffer_num: int) -> tuple[tuple[str, str, int, int], ...]:
         """Every buffer InitBuffer asks for, as (name, role, count, bytes each; each rounded up to 32 B,
         as TPipe does): the queues x BUFFER_NUM, the TBuf temporaries, the seed's scalar queue, the
         pos_weight row's staging. ``ub_bytes`` is their sum; the explorer draws them."""
-        queue = _round_up(tile_bytes, 32)
+        plan = self.buffer_plan()
+        queue = plan.queue_bytes(tile_bytes)
         out = [(name, "VECIN queue", buffer_num, queue) for name in self.full_inputs]
         out += [(name, "VECOUT queue", buffer_num, queue) for name in self.outputs]
-        elems = tile_bytes // self.elem_bytes
-        if self.temp_buffers:
-            per = _round_up(self.temp_bytes_per_elem // self.temp_buffers * elems, 32)
-            out += [(f"temp{i}", "TBuf", 1, per) for i in range(self.temp_buffers)]
-        elif self.temp_bytes_per_elem:
-            out.append(("temp", "TBuf", 1, _round_up(self.temp_bytes_per_elem * elems, 32)))
-        if self.scalar_queue_bytes:
-            out.append(("grad", "scalar queue", buffer_num, _round_up(self.scalar_queue_bytes, 32)))
-        if self.row_bytes:
-            out.append(("last-dim row", "staging TBuf", 1, _round_up(self.row_bytes, 32)))
+        temps = plan.temp_count
+        temp = plan.temp_bytes(tile_bytes)
+        out += [(f"temp{i}" if self.temp_buffers else "temp", "TBuf", 1, temp) for i in range(temps)]
+        if plan.scalar_queue_buffer:
+            out.append(("grad", "scalar queue", buffer_num, plan.scalar_queue_buffer))
+        if plan.row_buffer:
+            out.append(("last-dim row", "staging TBuf", 1, plan.row_buffer))
         return tuple(out)
 
     @functools.lru_cache(maxsize=65536)  # noqa: B019 - kernels are frozen values, few and long-lived
     def ub_bytes(self, tile_bytes: int, buffer_num: int) -> int:
         """UB bytes InitBuffer asks for (each buffer rounded up to 32 B, as TPipe does)."""
-        return sum(count * each for _, _, count, each in self.ub_buffers(tile_bytes, buffer_num))
+        return self.buffer_plan().ub_bytes(tile_bytes, buffer_num)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - kernels are frozen values, few and long-lived
     def max_tile_bytes(self, ub_budget: int, buffer_num: int) -> int:
         """Largest 32-B multiple tile whose buffers fit in ``ub_budget`` (0 if none)."""
-        fixed = self.ub_bytes(0, buffer_num)  # what does not grow with the tile
-        per_byte = self.streams * buffer_num + self.temp_bytes_per_elem / self.elem_bytes
-        tile = int((ub_budget - fixed) / per_byte) // 32 * 32
-        while tile > 0 and self.ub_bytes(tile, buffer_num) > ub_budget:
-            tile -= 32
-        return max(tile, 0)
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
+        return self.buffer_plan().max_tile_bytes(ub_budget, buffer_num)
 
 
 def elementwise_kernel(
@@ -233,60 +235,62 @@ def bce_grad_kernel(
     A "scalar" weight is read once per core, like the grad of sum/mean, and multiplies with Muls.
     ``classes`` only checks C >= 1: UB use does not depend on C (nor on a last-dim weight's P).
     """
-    if scheme == "seed":
-        return _seed_kernel(variant)
-    if variant.pos_weight == "last_dim" and classes < 1:
+    if variant.pos_weight == "last_dim" and classes < 1 and scheme != "seed":
         raise BadRequest("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
-    if variant.weight in PERIODIC_FORMS and weight_period < 1:
+    if variant.weight in PERIODIC_FORMS and weight_period < 1 and scheme != "seed":
         raise BadRequest(f"weight={variant.weight!r} needs its period >= 1 (elements per row or per value)")
+    plan = variant_plan(variant, scheme)
+    full = tuple(name for name, bit in _engine.INPUT_BITS if plan.input_mask & bit)
+    if scheme == "seed":
+        return _seed_kernel(variant, plan, full)
     v, elem = variant, DTYPE_BYTES[variant.dtype]
     widen = v.dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem
-    read_weight = v.weight in ("full", "last_dim", "rows")
-    full = (["grad"] if v.reduction == "none" else []) + ["logits", "labels"]
-    full += (["weight"] if read_weight else []) + (["pos_weight"] if v.pos_weight != "none" else [])
     rows = 1 if v.weight == "rows" else 0
-    term_ops, term_temps = _term(v, widen)
     ops = [VectorOp("cast", 4)] * (len(full) - rows) if widen else []
-    ops += [VectorOp(o, work) for o in term_ops]
+    ops += [VectorOp(o, work) for o in _term_ops(v)]
     ops.append(VectorOp("mul" if v.reduction == "none" else "muls", work))  # grad (scaled by 1/N for mean)
     if v.has_weight:
         ops.append(VectorOp("muls" if v.weight == "scalar" else "mul", work))
     ops += [VectorOp("cast_f32_f16" if v.dtype == "float16" else "cast", 4)] if widen else []
-    temps = (2 if widen else 0) + term_temps + rows  # A = float(p), B = float(y) / scratch; the expanded rows
     workspace = (v.weight == "last_dim") + (v.pos_weight == "last_dim")
-    row = LAST_DIM_STAGE_ELEMS * elem if workspace else 0
     scalar = (() if v.reduction == "none" else ("grad",)) + (("weight",) if v.weight == "scalar" else ())
     name = f"bce_grad/{v.wrt}" + (f"/w_{v.weight}" if v.weight not in ("full", "none") else "")
     name += f"/pw_{v.pos_weight}" if v.pos_weight != "none" else ""
     return ElementwiseKernel(
-        name, v.dtype, tuple(full), ("z",), scalar, tuple(ops), temps * work, 0, row, temps,
-        workspace_inputs=workspace, row_inputs=rows, row_len=weight_period if rows else 0,
+        name, v.dtype, full, ("z",), scalar, tuple(ops), plan.temp_bytes_per_elem, 0, plan.row_bytes,
+        plan.temp_buffers, workspace_inputs=workspace, row_inputs=rows, row_len=weight_period if rows else 0,
         row_expand_bytes=work if rows else 0, knob_corrected=True,
     )  # fmt: skip
 
 
-def _term(v: Variant, widen: bool) -> tuple[tuple[str, ...], int]:
-    """The instructions of the variant's term (before the grad and weight multiplies) and the extra
-    temporaries it needs, as bce_grad.h computes it."""
+def variant_plan(variant: Variant, scheme: Scheme = "exact") -> _engine.BufferPlan:
+    """The kernel's UB plan for a variant, from the host tiling's own ``MakePlan`` (which inputs it reads,
+    its temporaries, the last-dim rows' staging, the seed's scalar queue); BadRequest names what no kernel
+    of the scheme runs."""
+    try:
+        return _engine.bce_grad_plan(*variant.ids, scheme)
+    except ValueError as e:
+        raise BadRequest(str(e)) from None
+
+
+def _term_ops(v: Variant) -> tuple[str, ...]:
+    """The instructions of the variant's term (before the grad and weight multiplies), as bce_grad.h
+    computes it (its temporaries are the plan's)."""
     if v.pos_weight != "none":
         # pw*y; pw*y - y; + 1 -> coef; coef*p; - pw*y (in place; the pw tile holds pw*y, or C = float(pw))
-        return ("mul", "sub", "adds", "mul", "sub"), 1 if widen else 0
+        return ("mul", "sub", "adds", "mul", "sub")
     if v.wrt == "probability":
         # C = max(p*(1 - p), 1e-12) in a temporary; (p - y) / C
-        return ("muls", "adds", "mul", "maxs", "sub", "div"), 1
-    return ("sub",), 0
+        return ("muls", "adds", "mul", "maxs", "sub", "div")
+    return ("sub",)
 
 
-def _seed_kernel(v: Variant) -> ElementwiseKernel:
+def _seed_kernel(v: Variant, plan: _engine.BufferPlan, full: tuple[str, ...]) -> ElementwiseKernel:
     """The requirement's kernel: four VECIN queues and one VECOUT queue of full tiles (grad a
     16-element queue for sum/mean), weight always read, computed natively in the I/O dtype."""
-    if v.weight != "full" or v.pos_weight != "none" or v.wrt != "logit":
-        raise BadRequest("the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit")
     elem = DTYPE_BYTES[v.dtype]
     none = v.reduction == "none"
-    full = ("grad", "logits", "labels", "weight") if none else ("logits", "labels", "weight")
     ops = (VectorOp("sub", elem), VectorOp("mul" if none else "muls", elem), VectorOp("mul", elem))
     scalar = () if none else ("grad",)
-    scalar_q = 0 if none else SEED_SCALAR_QUEUE_ELEMS * elem
-    return ElementwiseKernel("bce_grad/seed", v.dtype, full, ("z",), scalar, ops, 0, scalar_q)
+    return ElementwiseKernel("bce_grad/seed", v.dtype, full, ("z",), scalar, ops, 0, plan.scalar_queue_bytes)

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from tiling_model import _engine
-from tiling_model.dtypes import DTYPE_BYTES, DTYPE_ID, REDUCTION_ID, Dtype
+from tiling_model.dtypes import DTYPE_BYTES, REDUCTION_ID, Dtype
 from tiling_model.errors import BadRequest
-from tiling_model.kernels import LAST_DIM_SUPER_ELEMS, SCHEMES, ElementwiseKernel, Scheme, bce_grad_kernel
+from tiling_model.kernels import SCHEMES, ElementwiseKernel, Scheme, bce_grad_kernel
 from tiling_model.soc import SocProfile, load_soc
-from tiling_model.variant import BROADCAST_FORMS, PERIODIC_FORMS, WRT_FORMS, Variant
+from tiling_model.variant import PERIODIC_FORMS, Variant
 
 INT64_MAX = 2**63 - 1
 #: The seed's block granularity and its UB share count (ubDataNumber: 5 tensors).
@@ -120,16 +120,15 @@ class TilingData:
     @property
     def workspace_bytes(self) -> int:
         """GM workspace the kernel needs: per core, the periodic row of each last-dim operand
-        (pos_weight's first, then the weight's), none for an empty tensor."""
-        if self.block_dim == 0:
-            return 0
-        f = self.fields
-        per_core = 0
-        if self.variant.pos_weight == "last_dim":
-            per_core += last_dim_row_bytes(f.tileDataNum, f.posWeightClasses, self.elem_bytes)
-        if self.variant.weight == "last_dim":
-            per_core += last_dim_row_bytes(f.tileDataNum, f.weightPeriod, self.elem_bytes)
-        return per_core * self.block_dim
+        (pos_weight's first, then the weight's), none for an empty tensor (the host's WorkspaceBytes)."""
+        v = self.variant
+        return _engine.workspace_bytes(
+            astuple_fields(self.fields),
+            self.block_dim,
+            self.elem_bytes,
+            v.pos_weight == "last_dim",
+            v.weight == "last_dim",
+        )
 
     @property
     def device_bytes(self) -> int:
@@ -153,12 +152,6 @@ class TilingData:
         return struct.pack(f"<{len(values)}q", *values)
 
 
-def last_dim_row_bytes(tile_elems: int, period: int, elem: int) -> int:
-    """One core's workspace for a last-dim operand of period P: its periodic row, P-phase k < tile + 2P +
-    the UB replication width, rounded up to 32 B (kernel: stride of the region)."""
-    return -(-(tile_elems + 2 * period + LAST_DIM_SUPER_ELEMS) * elem // 32) * 32
-
-
 _FIELD_NAMES = tuple(f.name for f in fields(TilingFields))
 
 
@@ -167,17 +160,12 @@ def astuple_fields(f: TilingFields) -> tuple[int, ...]:
 
 
 def tiling_key(variant: Variant, buffer_num: int) -> int:
-    """Decimal-digit key the kernel dispatches on (it travels in the struct; CANN's own tiling key is 0).
-
-    ones: schMode (0 none, 1 sum/mean, as the seed); tens: dtype id; hundreds: weight form
-    (0 none, 1 full, 2 last_dim, 3 rows, 4 scalar); thousands: BUFFER_NUM (a template parameter of
-    the kernel class); ten-thousands: pos_weight (the same digits); hundred-thousands: wrt (0 logit,
-    1 probability).
+    """Decimal-digit key the kernel dispatches on (it travels in the struct; CANN's own tiling key is 0): the
+    host's ``TilingKey``. ones: schMode (0 none, 1 sum/mean, as the seed); tens: dtype id; hundreds: weight
+    form (0 none, 1 full, 2 last_dim, 3 rows, 4 scalar); thousands: BUFFER_NUM (a template parameter of the
+    kernel class); ten-thousands: pos_weight (the same digits); hundred-thousands: wrt (0 logit, 1 probability).
     """
-    sch_mode = 0 if variant.reduction == "none" else 1
-    forms = 10000 * BROADCAST_FORMS.index(variant.pos_weight) + 100000 * WRT_FORMS.index(variant.wrt)
-    weight = 100 * BROADCAST_FORMS.index(variant.weight)
-    return sch_mode + 10 * DTYPE_ID[variant.dtype] + weight + 1000 * buffer_num + forms
+    return _engine.tiling_key(*variant.ids, buffer_num)
 
 
 def element_count(shape: Sequence[int]) -> int:

@@ -23,7 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from tiling_model.dtypes import FLOAT_DTYPES, Dtype, Reduction, UnsupportedError, check_combination
+from tiling_model.dtypes import (
+    DTYPE_ID,
+    FLOAT_DTYPES,
+    REDUCTION_ID,
+    Dtype,
+    Reduction,
+    UnsupportedError,
+    check_combination,
+)
 
 BroadcastForm = Literal["none", "full", "last_dim", "rows", "scalar"]
 PosWeightForm = Literal["none", "full", "last_dim"]
@@ -75,6 +83,15 @@ class Variant:
     @property
     def has_weight(self) -> bool:
         return self.weight != "none"
+
+    @property
+    def ids(self) -> tuple[int, int, int, int, int]:
+        """(dtype, reduction, weight form, pos_weight form, wrt) as the C++ ``bce_grad::Variant`` numbers them
+        (and the tiling key's digits)."""
+        return (
+            DTYPE_ID[self.dtype], REDUCTION_ID[self.reduction], BROADCAST_FORMS.index(self.weight),
+            BROADCAST_FORMS.index(self.pos_weight), WRT_FORMS.index(self.wrt),
+        )  # fmt: skip
 
     @property
     def tuned_base(self) -> Variant:

@@ -20,8 +20,9 @@
  *             values of the rows it touches and expands them in UB, one Duplicate per row;
  *   scalar    (weight) [1] or []: read once per core, applied with Muls.
  *
- * The UB plan (queues, temporaries, staging) is what tiling_model.kernels.bce_grad_kernel and
- * op_host/bce_grad_tiling_core.h budget for; the CPU twin checks the two agree.
+ * The UB plan (queues, temporaries, staging) is what the host tiling budgets for (BufferPlan / MakePlan in
+ * tiling_model/include/bce_grad_tiling_core.h, which tiling_model reaches through its engine binding); the CPU
+ * twin checks the kernel asks for no more.
  */
 #ifndef BCE_GRAD_KERNEL_H
 #define BCE_GRAD_KERNEL_H

@@ -97,7 +97,14 @@ inline int64_t DtypeBytes(Dtype d) { return (d == Dtype::Float32 || d == Dtype::
 inline bool IsFloat(Dtype d) { return d == Dtype::Float32 || d == Dtype::Float16 || d == Dtype::BFloat16; }
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/** The kernel's UB plan for a variant (mirrors tiling_model.kernels.bce_grad_kernel). */
+/** The tensors a kernel may read element by element, in the order its VECIN queues are created. */
+enum InputBit : uint32_t { kGrad = 1u, kLogits = 2u, kLabels = 4u, kWeight = 8u, kPosWeight = 16u };
+
+/**
+ * The kernel's UB plan: what InitBuffer asks for, every buffer rounded up to 32 B as TPipe does. The one
+ * UB arithmetic: the host's default tile (ResolveKnobs), and through the engine binding Python's budget
+ * checks, search spaces and the explorer's drawing of the buffers (tiling_model.kernels.ElementwiseKernel).
+ */
 struct BufferPlan {
     int64_t fullInputs;
     int64_t outputs;
@@ -105,20 +112,28 @@ struct BufferPlan {
     int64_t tempBytesPerElem;
     int64_t scalarQueueBytes;
     int64_t rowBytes;
-    int64_t tempBuffers;  // TBufs the temporaries are split into (each rounded up to 32 B)
+    int64_t tempBuffers;     // TBufs the temporaries are split into (each rounded up to 32 B)
+    uint32_t inputMask = 0;  // InputBits of the full inputs (MakePlan's kernels; 0 for a generic one)
 
     int64_t Streams() const { return fullInputs + outputs; }
-    int64_t FixedUb(int64_t bufferNum) const {
-        int64_t scalar = scalarQueueBytes ? bufferNum * RoundUp(scalarQueueBytes, 32) : 0;
-        return scalar + RoundUp(rowBytes, 32);
+    /** One queue buffer of a tile (a stream has bufferNum of them). */
+    int64_t QueueBytes(int64_t tileBytes) const { return RoundUp(tileBytes, 32); }
+    /** One temporary TBuf of a tile (there are TempCount() of them). */
+    int64_t TempBytes(int64_t tileBytes) const {
+        const int64_t elems = tileBytes / elemBytes;
+        return tempBuffers ? RoundUp(tempBytesPerElem / tempBuffers * elems, 32) : RoundUp(tempBytesPerElem * elems, 32);
     }
+    int64_t TempCount() const { return tempBuffers ? tempBuffers : (tempBytesPerElem ? 1 : 0); }
+    /** One buffer of the per-tile scalar queue (bufferNum of them), 0 without one. */
+    int64_t ScalarQueueBuffer() const { return scalarQueueBytes ? RoundUp(scalarQueueBytes, 32) : 0; }
+    /** The last-dim rows' staging TBuf, 0 without one. */
+    int64_t RowBuffer() const { return RoundUp(rowBytes, 32); }
+
+    int64_t FixedUb(int64_t bufferNum) const { return bufferNum * ScalarQueueBuffer() + RowBuffer(); }
     int64_t UbBytes(int64_t tileBytes, int64_t bufferNum) const {
-        int64_t queues = Streams() * bufferNum * RoundUp(tileBytes, 32);
-        int64_t elems = tileBytes / elemBytes;
-        int64_t temps = tempBuffers ? tempBuffers * RoundUp(tempBytesPerElem / tempBuffers * elems, 32)
-                                    : RoundUp(tempBytesPerElem * elems, 32);
-        return queues + temps + FixedUb(bufferNum);
+        return Streams() * bufferNum * QueueBytes(tileBytes) + TempCount() * TempBytes(tileBytes) + FixedUb(bufferNum);
     }
+    /** The largest 32-B multiple tile whose buffers fit in budget (0 if none). */
     int64_t MaxTileBytes(int64_t budget, int64_t bufferNum) const {
         double perByte = static_cast<double>(Streams() * bufferNum) +
                          static_cast<double>(tempBytesPerElem) / static_cast<double>(elemBytes);
@@ -142,7 +157,8 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
             return Status::Unsupported;
         }
         bool none = v.reduction == Reduction::None;
-        *plan = {none ? 4 : 3, 1, elem, 0, none ? 0 : kSeedScalarQueueElems * elem, 0, 0};
+        uint32_t mask = (none ? kGrad : 0u) | kLogits | kLabels | kWeight;
+        *plan = {none ? 4 : 3, 1, elem, 0, none ? 0 : kSeedScalarQueueElems * elem, 0, 0, mask};
         return Status::Ok;
     }
     if (v.posWeight != PosWeight::None && v.wrt == Wrt::Probability) {
@@ -159,8 +175,10 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
         *err = "pos_weight is read full or along the last dim";
         return Status::Unsupported;
     }
-    int64_t inputs = (v.reduction == Reduction::None ? 1 : 0) + 2 + (WeightTile(v.weight) ? 1 : 0) +
-                     (v.posWeight != PosWeight::None ? 1 : 0);
+    const uint32_t mask = (v.reduction == Reduction::None ? kGrad : 0u) | kLogits | kLabels |
+                          (WeightTile(v.weight) ? kWeight : 0u) | (v.posWeight != PosWeight::None ? kPosWeight : 0u);
+    int64_t inputs = 0;
+    for (uint32_t m = mask; m; m &= m - 1) ++inputs;
     int64_t temps = widen ? 2 : 0;  // A = float(p), B = float(y)
     if (v.posWeight != PosWeight::None) {
         temps += widen ? 1 : 0;  // C = float(pw); native types compute in the pw tile
@@ -170,7 +188,7 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
     temps += v.weight == Form::Rows ? 1 : 0;  // the row values expanded
     bool lastDim = v.posWeight == PosWeight::LastDim || v.weight == Form::LastDim;
     int64_t row = lastDim ? kLastDimStageElems * elem : 0;  // one staging buffer for both rows
-    *plan = {inputs, 1, elem, temps * work, 0, row, temps};
+    *plan = {inputs, 1, elem, temps * work, 0, row, temps, mask};
     return Status::Ok;
 }
 
@@ -281,18 +299,20 @@ inline int64_t LastDimWorkspaceElems(int64_t tileElems, int64_t classes) {
     return tileElems + 2 * classes + kLastDimSuperElems;
 }
 
-/** Per core: pos_weight's periodic row, then the weight's (tiling_model TilingData.workspace_bytes). */
-inline int64_t WorkspaceBytes(const Variant& v, const TilingResult& r) {
-    if (r.blockDim == 0) return 0;
-    int64_t elem = DtypeBytes(v.dtype);
+/** GM workspace the kernel needs: per core, pos_weight's periodic row, then the weight's (what the struct's
+ *  tile and periods say; tiling_model TilingData.workspace_bytes asks this). */
+inline int64_t WorkspaceBytes(const BceGradTilingData& f, int64_t blockDim, int64_t elem, bool posWeightLastDim,
+                              bool weightLastDim) {
+    if (blockDim <= 0) return 0;
     int64_t perCore = 0;
-    if (v.posWeight == PosWeight::LastDim) {
-        perCore += RoundUp(LastDimWorkspaceElems(r.data.tileDataNum, v.classes) * elem, 32);
-    }
-    if (v.weight == Form::LastDim) {
-        perCore += RoundUp(LastDimWorkspaceElems(r.data.tileDataNum, v.weightPeriod) * elem, 32);
-    }
-    return perCore * r.blockDim;
+    if (posWeightLastDim) perCore += RoundUp(LastDimWorkspaceElems(f.tileDataNum, f.posWeightClasses) * elem, 32);
+    if (weightLastDim) perCore += RoundUp(LastDimWorkspaceElems(f.tileDataNum, f.weightPeriod) * elem, 32);
+    return perCore * blockDim;
+}
+
+inline int64_t WorkspaceBytes(const Variant& v, const TilingResult& r) {
+    return WorkspaceBytes(r.data, r.blockDim, DtypeBytes(v.dtype), v.posWeight == PosWeight::LastDim,
+                          v.weight == Form::LastDim);
 }
 
 inline int64_t TilingKey(const Variant& v, int64_t bufferNum) {
