@@ -113,6 +113,7 @@ struct Kernel {
 using Triple = std::tuple<int64_t, int64_t, int64_t>;
 using Flags = std::tuple<bool, bool, bool>;
 using Column = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using DoubleColumn = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using Out1 = nb::ndarray<nb::numpy, double, nb::ndim<1>>;
 using Out2 = nb::ndarray<nb::numpy, double, nb::ndim<2>>;
 using OutB = nb::ndarray<nb::numpy, bool, nb::ndim<1>>;
@@ -266,6 +267,24 @@ nb::tuple Bound(int64_t n, const Column& block, const Column& bn, const Column& 
         certain.data()[i] = p.certain;
     });
     return nb::make_tuple(lower, certain);
+}
+
+/** The first configuration in the space's order (cost::ConfigBefore), -1 for none. */
+int64_t BestIndex(const DoubleColumn& us, const Column& block, const Column& bn, const Column& tile, const Column& cores) {
+    const size_t m = us.shape(0);
+    if (block.shape(0) != m || bn.shape(0) != m || tile.shape(0) != m || cores.shape(0) != m) {
+        throw std::invalid_argument("predicted_us, block, buffer_num, tile and cores must have the same length");
+    }
+    int64_t best = -1;
+    cost::ConfigKey bestKey{};
+    for (size_t i = 0; i < m; ++i) {
+        const cost::ConfigKey k{cost::TieKey(us(i)), bn(i), tile(i), cores(i), block(i)};
+        if (best < 0 || cost::ConfigBefore(k, bestKey)) {
+            best = static_cast<int64_t>(i);
+            bestKey = k;
+        }
+    }
+    return best;
 }
 
 }  // namespace
@@ -500,5 +519,9 @@ NB_MODULE(_engine, m) {
           "VECIN queues of a kernel: its full inputs and a per-tile scalar queue (cost::VecinQueues).");
     m.def("queue_limit_allows", &cost::QueueLimitAllows, nb::arg("vecin_queues"), nb::arg("vecout_queues"),
           nb::arg("buffer_num"), "BUFFER_NUM buffers per queue fit the per-TPosition limit (cost::QueueLimitAllows).");
+    m.def("best_index", &BestIndex, nb::arg("predicted_us"), nb::arg("block_bytes"), nb::arg("buffer_num"),
+          nb::arg("tile_bytes"), nb::arg("core_num"),
+          "The first configuration in the space's order (predictions rounded to 1e-9 us; then buffers >= 2, fewer "
+          "buffers, larger tile, more cores, larger block): cost::ConfigBefore. -1 when there is none.");
     m.def("tie_key", &cost::TieKey, nb::arg("us"), "A prediction rounded as ties are broken (np.round(us, 9)).");
 }

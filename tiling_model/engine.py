@@ -26,7 +26,6 @@ INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
 Kinds = _engine.Kinds
 kinds_of = _engine.kinds_of
-tie_key = _engine.tie_key
 
 _CACHE_LIMIT = 4096
 _lock = threading.Lock()
@@ -255,3 +254,18 @@ def core_kinds(
         np.asarray(buffer_num, dtype=np.int64),
         np.array([k.cores for k in rows], dtype=np.int64),
     )
+
+
+def best_index(
+    predicted_us: np.ndarray,
+    block_bytes: np.ndarray,
+    buffer_num: np.ndarray,
+    tile_bytes: np.ndarray,
+    core_num: np.ndarray,
+) -> int:
+    """The first configuration in the space's order (the engine's ``ConfigBefore``: the rounded prediction,
+    then buffers >= 2, fewer buffers, a larger tile, more cores, a larger block); -1 for none."""
+    return _engine.best_index(
+        np.ascontiguousarray(predicted_us, dtype=np.float64), _column(block_bytes), _column(buffer_num),
+        _column(tile_bytes), _column(core_num),
+    )  # fmt: skip

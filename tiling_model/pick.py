@@ -3,6 +3,8 @@ tuned bucket's knobs to an exact size the table was not tuned at."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from tiling_model import engine
 from tiling_model.errors import InvalidTiling
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
@@ -94,8 +96,8 @@ def _best_params(
     seed: tuple[int, int, int] | None = None,
 ) -> TilingParams | None:
     """``score_space(...).best_index()``'s configuration with the engine's re-fit: each buffer count's
-    best over the blocks, then the space's tie-break across buffer counts (ScoredSpace.best_index)."""
-    keys = []
+    best over the blocks, then the space's order across buffer counts (``engine.best_index``)."""
+    picks: list[tuple[float, int, int, int, int]] = []  # (us, block, bn, tile, cores)
     for bn in kernel.allowed_buffer_nums(BUFFER_CHOICES):
         if buffers_only is not None and bn not in buffers_only:
             continue
@@ -104,8 +106,9 @@ def _best_params(
             continue
         blocks = blocks_only if blocks_only is not None else BLOCK_CHOICES
         c = engine.refit(kernel, soc, n, blocks, bn, top, seed)
-        keys.append((engine.tie_key(c.us), bn < 2, bn, -c.tile_bytes, -c.core_num, -c.block_bytes))
-    if not keys:
+        picks.append((c.us, c.block_bytes, bn, c.tile_bytes, c.core_num))
+    if not picks:
         return None
-    _, _, bn, tile, cores, block = min(keys)
-    return TilingParams(-block, bn, -tile, -cores)
+    us, block, bn, tile, cores = (np.array(column) for column in zip(*picks, strict=True))
+    _, block_bytes, buffer_num, tile_bytes, core_num = picks[engine.best_index(us, block, bn, tile, cores)]
+    return TilingParams(block_bytes, buffer_num, tile_bytes, core_num)

@@ -20,7 +20,6 @@ BLOCK_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 BUFFER_CHOICES = (1, 2, 3, 4)
 TILE_STEP_BYTES = 512  # tiles are whole 512-B blocks (GM-aligned copies)
 PRUNE_CHUNK = 8  # configurations simulated in the first round of a pruned scoring
-TIE_DECIMALS = 9  # best_index: predictions equal to 1e-9 us are a tie, broken by the knobs
 
 
 @dataclass(frozen=True)
@@ -40,12 +39,11 @@ class ScoredSpace:
         )
 
     def best_index(self) -> int:
-        """Fastest configuration; ties (within 1e-9 us) go to more buffers >= 2 first, then larger tiles,
-        then more cores, then larger blocks (np.lexsort keys, last one primary)."""
-        us = np.round(self.result.predicted_us, TIE_DECIMALS)
-        single = self.buffer_num < 2
-        order = np.lexsort((-self.block_bytes, -self.core_num, -self.tile_bytes, self.buffer_num, single, us))
-        return int(order[0])
+        """Fastest configuration; ties (predictions equal to 1e-9 us) go to buffers >= 2 first, then fewer
+        buffers, larger tiles, more cores, larger blocks: the engine's order (``ConfigBefore``), the one the
+        re-fit and the build break ties by."""
+        return engine.best_index(self.result.predicted_us, self.block_bytes, self.buffer_num, self.tile_bytes,
+                                 self.core_num)  # fmt: skip
 
     def ranked(self, k: int) -> list[int]:
         """Indices of the k fastest distinct configurations."""

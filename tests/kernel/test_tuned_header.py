@@ -33,7 +33,7 @@ from tiling_model.model_types import (
     REPEAT_BYTES,
     WARMUP,
 )
-from tiling_model.space import TIE_DECIMALS, TILE_STEP_BYTES
+from tiling_model.space import TILE_STEP_BYTES
 from tiling_model.tables import TuningTable, load_table
 from tuner.export_header import HEADER_PATH, render
 
@@ -62,7 +62,6 @@ def test_cpp_cost_model_constants_are_the_python_ones() -> None:
     assert const("kBoundSlack") == BOUND_SLACK
     assert const("kPruneMarginUs") == PRUNE_MARGIN_US
     assert const("kPruneRelative") == PRUNE_RELATIVE
-    assert const("kTieScale") == 10.0**TIE_DECIMALS
 
 
 @pytest.fixture(scope="module")

@@ -160,14 +160,14 @@ def test_the_models_best_is_the_whole_spaces_best_valid(v: Variant, n: int, soc_
 
 
 def test_the_engines_constants_are_the_specifications() -> None:
-    from tiling_model.space import TIE_DECIMALS, TILE_STEP_BYTES
+    from tiling_model.space import TILE_STEP_BYTES
 
     assert (_engine.WARMUP, _engine.PERIOD, _engine.REPEAT_BYTES) == (mt.WARMUP, mt.PERIOD, mt.REPEAT_BYTES)
     assert (_engine.GM_ALIGN_BYTES, _engine.TILE_STEP_BYTES) == (mt.GM_ALIGN_BYTES, TILE_STEP_BYTES)
     assert (_engine.BOUND_SLACK, _engine.PRUNE_MARGIN_US, _engine.PRUNE_RELATIVE) == (
         mt.BOUND_SLACK, mt.PRUNE_MARGIN_US, mt.PRUNE_RELATIVE
     )  # fmt: skip
-    assert _engine.TIE_SCALE == 10.0**TIE_DECIMALS and _engine.DUP_CYCLES == mt.DUP_CYCLES
+    assert _engine.DUP_CYCLES == mt.DUP_CYCLES
 
 
 def test_the_stub_names_exactly_what_the_module_has() -> None:
@@ -196,3 +196,10 @@ def test_bad_engine_arguments_are_clear_errors() -> None:
                     misaligned_factor=1, hbm_gbps=1, l2_gbps=1, hbm_peak_gbps=1, l2_peak_gbps=1, l2_half_bytes=1,
                     l2_falloff=1, l2_bytes=1, mte2_curve_kib_us=[(1.0, 1.0)],
                     mte3_curve_kib_us=[(1.0, 1.0), (2.0, 2.0)])  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(0.0, 1e7, allow_nan=False))
+def test_a_ties_key_is_the_prediction_rounded_as_numpy_rounds_it(us: float) -> None:
+    """TieKey (what the space, the re-fit and the build break ties on) is np.round(us, 9), to the bit."""
+    assert _engine.tie_key(us) == float(np.round(us, 9))

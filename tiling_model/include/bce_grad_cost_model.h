@@ -596,6 +596,32 @@ inline double TieKey(double us) {
     return std::isinf(y) ? us : std::nearbyint(y) / kTieScale;
 }
 
+/** The tie-break among configurations whose predictions round alike (TieKey), as the space, the re-fit and
+ *  every caller of theirs break it: a larger tile first, then more cores, then a larger block. blockRank is
+ *  smaller for a larger block: -block bytes, or the re-fit's index into its descending blocks. */
+inline bool KnobsBefore(int64_t tile, int64_t cores, int64_t blockRank, int64_t otherTile, int64_t otherCores,
+                        int64_t otherBlockRank) {
+    if (tile != otherTile) return tile > otherTile;
+    if (cores != otherCores) return cores > otherCores;
+    return blockRank < otherBlockRank;
+}
+
+/** One configuration as the space orders it. */
+struct ConfigKey {
+    double key;  // TieKey of its prediction
+    int64_t bufferNum, tile, cores, block;
+};
+
+/** The space's order (ScoredSpace.best_index, the re-fit across buffer counts): the smaller rounded
+ *  prediction first; on a tie, double-or-more buffering before single, fewer buffers, then KnobsBefore. */
+inline bool ConfigBefore(const ConfigKey& a, const ConfigKey& b) {
+    if (a.key != b.key) return a.key < b.key;
+    const bool aSingle = a.bufferNum < 2, bSingle = b.bufferNum < 2;
+    if (aSingle != bSingle) return !aSingle;
+    if (a.bufferNum != b.bufferNum) return a.bufferNum < b.bufferNum;
+    return KnobsBefore(a.tile, a.cores, -a.block, b.tile, b.cores, -b.block);
+}
+
 /** A line under every copy of one DMA direction: a copy of b > 0 bytes takes at least fixed + b * perByte. */
 struct CopyLine {
     double fixed = 0.0, perByte = 0.0;
@@ -1087,11 +1113,10 @@ private:
     /** A floor with float rounding taken off (the floors' arithmetic is not the prediction's). */
     static double Floor(double bound) { return bound - (kPruneMarginUs + 1e-9 * std::fabs(bound)); }
 
-    /** (tile, cores, block index) comes before the best in the tie-break: a larger tile, more cores, a larger block. */
+    /** (tile, cores, block index) comes before the best in the tie-break (KnobsBefore; an index below 0 stands
+     *  for a range's blocks, at best the first). */
     bool Before(int64_t tile, int64_t cores, int blockIndex) const {
-        if (tile != best_.tile) return tile > best_.tile;
-        if (cores != best_.cores) return cores > best_.cores;
-        return blockIndex < best_.blockIndex;
+        return KnobsBefore(tile, cores, blockIndex, best_.tile, best_.cores, best_.blockIndex);
     }
 
     /** Whether a configuration predicting at least `floor` and tied at best at (tile, cores, block) may be picked. */
