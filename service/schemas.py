@@ -223,7 +223,7 @@ class Provenance(BaseModel):
                 {
                     "schema_version": 4,
                     "soc_profile_hash": "7b574d89e4a06f79",
-                    "kernel_hash": "db641e43e74c611b",
+                    "kernel_hash": "ba97759f2e9e0c07",
                     "backend": "model",
                     "created": "2026-11-30T11:26:35+00:00",
                     "device_fitted": False,
@@ -268,7 +268,7 @@ class TilingResponse(BaseModel):
                     "provenance": {
                         "schema_version": 4,
                         "soc_profile_hash": "7b574d89e4a06f79",
-                        "kernel_hash": "db641e43e74c611b",
+                        "kernel_hash": "ba97759f2e9e0c07",
                         "backend": "model",
                         "created": "2026-11-30T11:20:00+00:00",
                         "device_fitted": False,
@@ -428,7 +428,7 @@ class TableInfo(BaseModel):
                     "entries": 242,
                     "invalid_entries": 0,
                     "soc_profile_hash": "7b574d89e4a06f79",
-                    "kernel_hash": "db641e43e74c611b",
+                    "kernel_hash": "ba97759f2e9e0c07",
                     "stale": False,
                     "stale_reasons": [],
                 }
