@@ -310,6 +310,7 @@ NB_MODULE(_engine, m) {
     m.attr("CORE_CLASSES") = cost::kCoreClasses;
     m.attr("MAX_BUFFERS_PER_POSITION") = cost::kMaxBuffersPerPosition;
     m.attr("SEED_SCALAR_QUEUE_ELEMS") = bce_grad::kSeedScalarQueueElems;
+    m.attr("SEED_BLOCK_BYTES") = bce_grad::kSeedBlockBytes;
     m.attr("LAST_DIM_STAGE_ELEMS") = bce_grad::kLastDimStageElems;
     m.attr("LAST_DIM_SUPER_ELEMS") = bce_grad::kLastDimSuperElems;
 
@@ -481,6 +482,24 @@ NB_MODULE(_engine, m) {
                                           nb::make_tuple("labels", static_cast<uint32_t>(bce_grad::kLabels)),
                                           nb::make_tuple("weight", static_cast<uint32_t>(bce_grad::kWeight)),
                                           nb::make_tuple("pos_weight", static_cast<uint32_t>(bce_grad::kPosWeight)));
+    m.def("resolve_knobs",
+          [](const bce_grad::BufferPlan& plan, int64_t ubBytes, int64_t ubReserveBytes, int64_t aivCores,
+             const std::string& scheme, int64_t block, int64_t bn, int64_t tile, int64_t cores) {
+              if (scheme != "exact" && scheme != "seed") throw std::invalid_argument("scheme is 'exact' or 'seed'");
+              const bce_grad::Platform p{ubBytes, ubReserveBytes, aivCores};
+              const bce_grad::Knobs in{block, bn, tile, cores};
+              bce_grad::Knobs out;
+              const char* err = "";
+              const bce_grad::Scheme sc = scheme == "seed" ? bce_grad::Scheme::Seed : bce_grad::Scheme::Exact;
+              if (bce_grad::ResolveKnobs(in, plan, p, sc, &out, &err) != bce_grad::Status::Ok) {
+                  throw std::invalid_argument(err);
+              }
+              return std::make_tuple(out.blockBytes, out.bufferNum, out.tileBytes, out.coreNum);
+          },
+          nb::arg("plan"), nb::arg("ub_bytes"), nb::arg("ub_reserve_bytes"), nb::arg("aiv_cores"), nb::arg("scheme"),
+          nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"), nb::arg("core_num"),
+          "The host tiling's knobs with its defaults where a knob is 0 (bce_grad::ResolveKnobs): (block, buffers, "
+          "tile, cores); ValueError names a knob the scheme cannot take.");
     m.def("tiling_key",
           [](int64_t dtype, int64_t reduction, int64_t weight, int64_t posWeight, int64_t wrt, int64_t bufferNum) {
               return bce_grad::TilingKey(VariantOf(dtype, reduction, weight, posWeight, wrt), bufferNum);

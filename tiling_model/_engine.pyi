@@ -25,6 +25,7 @@ ALIGN_CLASSES: int
 CORE_CLASSES: int
 MAX_BUFFERS_PER_POSITION: int
 SEED_SCALAR_QUEUE_ELEMS: int
+SEED_BLOCK_BYTES: int
 LAST_DIM_STAGE_ELEMS: int
 LAST_DIM_SUPER_ELEMS: int
 INPUT_BITS: tuple[tuple[str, int], ...]
@@ -68,6 +69,17 @@ class BufferPlan:
     def ub_bytes(self, tile_bytes: int, buffer_num: int) -> int: ...
     def max_tile_bytes(self, budget: int, buffer_num: int) -> int: ...
 
+def resolve_knobs(
+    plan: BufferPlan,
+    ub_bytes: int,
+    ub_reserve_bytes: int,
+    aiv_cores: int,
+    scheme: str,
+    block_bytes: int,
+    buffer_num: int,
+    tile_bytes: int,
+    core_num: int,
+) -> tuple[int, int, int, int]: ...
 def tiling_key(dtype: int, reduction: int, weight: int, pos_weight: int, wrt: int, buffer_num: int) -> int: ...
 def workspace_bytes(
     fields: Sequence[int], block_dim: int, elem_bytes: int, pos_weight_last_dim: bool, weight_last_dim: bool

@@ -27,9 +27,7 @@ from tiling_model.variant import PERIODIC_FORMS, Variant
 
 INT64_MAX = 2**63 - 1
 #: The seed's block granularity and its UB share count (ubDataNumber: 5 tensors).
-SEED_BLOCK_BYTES = 512
-SEED_BUFFER_NUM = 2
-SEED_UB_DATA_NUMBER = 5
+SEED_BLOCK_BYTES: int = _engine.SEED_BLOCK_BYTES  # the default block of both schemes (the host's)
 
 
 class TilingError(BadRequest):
@@ -182,19 +180,23 @@ def element_count(shape: Sequence[int]) -> int:
     return n
 
 
-def seed_tile_bytes(soc: SocProfile, block_bytes: int, buffer_num: int) -> int:
-    """The seed's tile: (ubSize / BLOCK / BUFFER_NUM) / ubDataNumber whole blocks, at least one."""
-    tile_blocks = soc.ub_bytes // block_bytes // buffer_num // SEED_UB_DATA_NUMBER
-    return max(tile_blocks, 1) * block_bytes
-
-
 def default_tile_bytes(kernel: ElementwiseKernel, soc: SocProfile, block_bytes: int, buffer_num: int) -> int:
     """Exact scheme default: the seed's whole-block rule applied to the usable UB and the
     variant's real buffer plan (largest multiple of the block that fits; 32 B if none does)."""
-    fit = kernel.max_tile_bytes(soc.ub_usable_bytes, buffer_num)
-    if fit >= block_bytes:
-        return fit // block_bytes * block_bytes
-    return max(fit, 32)
+    return _resolve(kernel, soc, "exact", block_bytes, buffer_num, 0, 1)[2]
+
+
+def _resolve(
+    kernel: ElementwiseKernel, soc: SocProfile, scheme: Scheme, block: int, bn: int, tile: int, cores: int
+) -> tuple[int, int, int, int]:
+    """The host tiling's ``ResolveKnobs``: its defaults where a knob is 0 (block 512, double buffering as the
+    queue limit allows, the tile from the UB plan or the seed's formula, every vector core)."""
+    try:
+        return _engine.resolve_knobs(
+            kernel.buffer_plan(), soc.ub_bytes, soc.ub_reserve_bytes, soc.aiv_cores, scheme, block, bn, tile, cores
+        )
+    except ValueError as e:
+        raise TilingError(str(e)) from None
 
 
 def resolve_params(
@@ -216,23 +218,9 @@ def resolve_params(
     block = p.block_bytes if p.block_bytes is not None else SEED_BLOCK_BYTES
     if block % 32:
         raise TilingError(f"block_bytes={block} is not a multiple of 32 (the UB block and GM copy unit)", "block_bytes")
-    bn = p.buffer_num if p.buffer_num is not None else _default_buffer_num(kernel, scheme)
-    tile = p.tile_bytes if p.tile_bytes is not None else _default_tile(kernel, soc, scheme, block, bn)
-    _check_tile(tile, kernel.dtype, block, scheme)
-    cores = p.core_num if p.core_num is not None else soc.aiv_cores
-    return ResolvedParams(block, bn, tile, cores)
-
-
-def _default_buffer_num(kernel: ElementwiseKernel, scheme: Scheme) -> int:
-    """The seed's 2; the exact scheme's double buffering unless the queue limit forbids it (five
-    VECIN queues allow one buffer)."""
-    if scheme != "exact":
-        return SEED_BUFFER_NUM
-    return max([b for b in kernel.allowed_buffer_nums() if b <= SEED_BUFFER_NUM] or [1])
-
-
-def _default_tile(kernel: ElementwiseKernel, soc: SocProfile, scheme: Scheme, block: int, bn: int) -> int:
-    return seed_tile_bytes(soc, block, bn) if scheme == "seed" else default_tile_bytes(kernel, soc, block, bn)
+    if p.tile_bytes is not None:  # named with its value here; the defaults the host computes always pass
+        _check_tile(p.tile_bytes, kernel.dtype, block, scheme)
+    return ResolvedParams(*_resolve(kernel, soc, scheme, block, p.buffer_num or 0, p.tile_bytes or 0, p.core_num or 0))
 
 
 def _check_tile(tile: int, dtype: Dtype, block: int, scheme: Scheme) -> None:
