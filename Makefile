@@ -57,8 +57,8 @@ test: $(STAMP) $(NPU_SITE)
 	@echo "==> ruff, then mypy"
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	@echo "==> pytest, the whole suite (about 11 minutes on a 2-core machine; make test-fast: the quick suites)"
-	bash .ci/with-services.sh $(PY) -m pytest
+	@echo "==> pytest, the whole suite on every core (make test-fast: the quick suites)"
+	bash .ci/with-services.sh $(PY) -m pytest -n auto --dist loadfile
 
 # The edit loop's suite: no servers, end-to-end CLIs or docs runs (slow), kernel sweeps, CANN compile checks,
 # browser, container or database; the CPU twin built once and cached. make test (CI) runs everything.

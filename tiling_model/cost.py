@@ -79,7 +79,7 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None, l2: L2State = D
         bottleneck = "hbm"
     else:
         bottleneck = PIPES[busy.index(max(busy))]  # the first of the busiest, as np.argmax
-    moved = int(p.bytes_moved)  # a whole number of bytes, exact below 2**53 (8 PiB)
+    moved = int(p.bytes_moved)  # the engine's count: exact below 2**53 bytes (8 PiB), the nearest double above
     return Prediction(
         predicted_us=us,
         roofline_us=roof,

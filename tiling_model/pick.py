@@ -109,6 +109,6 @@ def _best_params(
         picks.append((c.us, c.block_bytes, bn, c.tile_bytes, c.core_num))
     if not picks:
         return None
-    us, block, bn, tile, cores = (np.array(column) for column in zip(*picks, strict=True))
-    _, block_bytes, buffer_num, tile_bytes, core_num = picks[engine.best_index(us, block, bn, tile, cores)]
+    columns = [np.array(column) for column in zip(*picks, strict=True)]  # us, block, bn, tile, cores
+    _, block_bytes, buffer_num, tile_bytes, core_num = picks[engine.best_index(*columns)]
     return TilingParams(block_bytes, buffer_num, tile_bytes, core_num)
