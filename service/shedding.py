@@ -52,9 +52,11 @@ class Shedder:
         return self.standing_queue(now)
 
     def standing_queue(self, now: float) -> bool:
-        """Waits have stayed over the target for an interval, and the latest is fresh."""
+        """Waits have stayed over the target for an interval, and the latest is fresh (the interval after it
+        has not ended: compared as a deadline, so "an interval later" is never still fresh by a rounding of
+        now - last start)."""
         since = self._above_since
-        fresh = now - self._last_start < self.interval_s
+        fresh = now < self._last_start + self.interval_s
         return since is not None and fresh and self._last_start - since >= self.interval_s
 
     def refusal(self, now: float, in_flight: int) -> str | None:

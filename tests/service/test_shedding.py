@@ -85,6 +85,14 @@ def test_refusals_end_by_themselves(arrivals: list[tuple[float, float]], later: 
     assert shedder.refusal(last + later, CAP - 1) is None
 
 
+def test_an_interval_after_the_last_start_is_not_fresh_whatever_the_rounding() -> None:
+    """Hypothesis's find: a burst left the last start at 0.20918412268675568 s; an interval later, now - last
+    start rounds to 0.09999999999999998 s, and a shedder comparing that difference still refused."""
+    shedder = Shedder(TARGET, INTERVAL, CAP)
+    assert not shedder.started(0.0, 0.2) and shedder.started(0.20918412268675568, 0.2)  # a standing queue
+    assert shedder.refusal(0.20918412268675568 + INTERVAL, CAP - 1) is None
+
+
 def test_a_standing_queue_is_refused_and_what_is_served_waited_little() -> None:
     """Arrivals at twice the service rate for two seconds: the queue stands, so requests are refused (at
     arrival, or at their start where they waited over the target); what is served waited at most the target
