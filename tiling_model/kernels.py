@@ -137,7 +137,6 @@ class ElementwiseKernel:
         """The BUFFER_NUMs of ``choices`` the queue limit allows (the engine's QueueLimitAllows)."""
         return tuple(b for b in choices if _engine.queue_limit_allows(self.vecin_queues, self.vecout_queues, b))
 
-    @functools.lru_cache(maxsize=4096)  # noqa: B019 - kernels are frozen values, few and long-lived
     def buffer_plan(self) -> _engine.BufferPlan:
         """The kernel's UB plan in the engine (``BufferPlan``, bce_grad_tiling_core.h): the one UB arithmetic,
         shared with the CANN host tiling."""
