@@ -7,7 +7,7 @@ space scored configuration by configuration (``score_space(...).best_index()``).
 writes every line to ``--out``; run it on two trees and ``diff`` the files. Uses only APIs both sides of the
 one-source refactor (issue 38) have.
 
-    python benchmarks/picks_digest.py --out /tmp/picks.jsonl [--cases 60]
+    python benchmarks/picks_digest.py --out /tmp/picks.jsonl [--cases 200]
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def line(soc_name: str, v: Variant, shape: list[int]) -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cases", type=int, default=60)
+    ap.add_argument("--cases", type=int, default=200)
     ap.add_argument("--seed", type=int, default=38)
     args = ap.parse_args()
     rng = random.Random(args.seed)
