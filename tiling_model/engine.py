@@ -25,7 +25,6 @@ INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 """The engine's C++ header: what the CANN build's host code, the C++ host tiling and the tests include."""
 
 Kinds = _engine.Kinds
-kinds_of = _engine.kinds_of
 
 _CACHE_LIMIT = 4096
 _lock = threading.Lock()

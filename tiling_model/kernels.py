@@ -235,14 +235,14 @@ def bce_grad_kernel(
     A "scalar" weight is read once per core, like the grad of sum/mean, and multiplies with Muls.
     ``classes`` only checks C >= 1: UB use does not depend on C (nor on a last-dim weight's P).
     """
-    if variant.pos_weight == "last_dim" and classes < 1 and scheme != "seed":
-        raise BadRequest("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
-    if variant.weight in PERIODIC_FORMS and weight_period < 1 and scheme != "seed":
-        raise BadRequest(f"weight={variant.weight!r} needs its period >= 1 (elements per row or per value)")
     plan = variant_plan(variant, scheme)
     full = tuple(name for name, bit in _engine.INPUT_BITS if plan.input_mask & bit)
     if scheme == "seed":
         return _seed_kernel(variant, plan, full)
+    if variant.pos_weight == "last_dim" and classes < 1:
+        raise BadRequest("pos_weight='last_dim' needs the class count C >= 1 (the last dim)")
+    if variant.weight in PERIODIC_FORMS and weight_period < 1:
+        raise BadRequest(f"weight={variant.weight!r} needs its period >= 1 (elements per row or per value)")
     v, elem = variant, DTYPE_BYTES[variant.dtype]
     widen = v.dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem

@@ -14,6 +14,7 @@ Two schemes share the seed's big-core / small-core structure:
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -153,8 +154,13 @@ class TilingData:
 _FIELD_NAMES = tuple(f.name for f in fields(TilingFields))
 
 
+_FIELD_VALUES = operator.attrgetter(*_FIELD_NAMES)
+
+
 def astuple_fields(f: TilingFields) -> tuple[int, ...]:
-    return tuple(getattr(f, name) for name in _FIELD_NAMES)
+    """The struct's values in order (what the engine binding takes; a request asks it several times)."""
+    values: tuple[int, ...] = _FIELD_VALUES(f)
+    return values
 
 
 def tiling_key(variant: Variant, buffer_num: int) -> int:

@@ -143,9 +143,6 @@ struct Kinds {
     int64_t cores;
 };
 
-/** Python's -(-a // b) for a >= 0, b > 0. */
-inline int64_t Ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 /** The kinds of any scheme's tiling from its struct and block dim, as the kernel's Init reads the struct. */
 inline Kinds KindsOfData(const BceGradTilingData& f, int64_t blockDim, int64_t elem) {
     Kinds k{};
@@ -772,7 +769,7 @@ struct CoreLines {
         const double one = xhi < e ? INFINITY : serial >= 0.0 ? serial : SerialUs(ee, which);  // one tile holds the kind
         const int64_t top = std::min(xhi, e - 1);  // the largest tile that leaves a last tile (t >= 2)
         if (top < xlo) return one;
-        const int64_t t1 = std::max<int64_t>(Ceil(e, top), 2), t2 = Ceil(e, xlo);
+        const int64_t t1 = std::max<int64_t>(CeilDiv(e, top), 2), t2 = CeilDiv(e, xlo);
         const double x = static_cast<double>(xlo), hi = static_cast<double>(top);
         const double nf = static_cast<double>(t1 - 1), tt = static_cast<double>(t1);
         // the full tiles: t - 1 of at least xlo, e - y in all, and (t - 1) / t of e (x >= e / t)
@@ -823,7 +820,7 @@ struct CoreLines {
         const Trade* trades = TradeOf(static_cast<int>(which));
         const double e0 = static_cast<double>(eMin), e1 = static_cast<double>(eMax);
         const double xlo = static_cast<double>(lo), xhi = static_cast<double>(top);
-        const int64_t first = std::max<int64_t>(Ceil(eMin, top), 2), last = Ceil(eMax, lo);
+        const int64_t first = std::max<int64_t>(CeilDiv(eMin, top), 2), last = CeilDiv(eMax, lo);
         const int64_t counted = std::min(last, first + kCountedTrades - 1);
         const double vf = vecFixed, vp = vecPerElem;
         // the tiles of t tiles, ceil(e / x) == t: e / t <= x <= (e - 1) / (t - 1), by reciprocals (one division
@@ -1040,7 +1037,7 @@ public:
         const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
         curvesRise_ = Rises(s.mte2) && Rises(s.mte3) && s.misalignedFactor > 0.0;
         for (int b = 0; b < nBlocks; ++b) {
-            coresMax_[b] = std::min(std::min(maxCores, std::max<int64_t>(Ceil(n * k.elemBytes, blocks[b]), 1)), kMaxCores);
+            coresMax_[b] = std::min(std::min(maxCores, std::max<int64_t>(CeilDiv(n * k.elemBytes, blocks[b]), 1)), kMaxCores);
             topCores_ = std::max(topCores_, coresMax_[b]);
         }
         for (int64_t c = 1; c <= topCores_; ++c) {
@@ -1049,7 +1046,7 @@ public:
             for (int b = 0; b < nBlocks; ++b) {  // the widest core any block gives c cores: (every + 1) blocks at most
                 if (c > coresMax_[b]) continue;
                 const int64_t blockElems = blocks[b] / k.elemBytes;
-                widestTop_[c] = Ceil(n + blockElems - 1, c) + blockElems;
+                widestTop_[c] = CeilDiv(n + blockElems - 1, c) + blockElems;
                 break;  // blocks descend: the first that runs c cores is the largest
             }
             for (int b = 0; b < nBlocks; ++b) w.pairs[b][c].known = false;
@@ -1160,10 +1157,10 @@ private:
      */
     RefitRange CoresRange(int64_t c) const {
         const CoreLines& l = w_.lines[c];
-        const int64_t e = Ceil(n_, c), xlo = stepElems_, xhi = tiles_ * stepElems_;
-        const int64_t t = Ceil(e, xhi);
+        const int64_t e = CeilDiv(n_, c), xlo = stepElems_, xhi = tiles_ * stepElems_;
+        const int64_t t = CeilDiv(e, xhi);
         double core;
-        if (t == Ceil(e, xlo)) {  // one tile count for the least e over the range
+        if (t == CeilDiv(e, xlo)) {  // one tile count for the least e over the range
             core = l.RangeUs(e, Lines::Either, xlo, xhi, true);
             const int64_t wider = t * xlo + 1;  // the least e that runs t + 1 tiles at some tile size of the range
             if (wider <= widestTop_[c]) core = std::min(core, l.RangeUs(wider, Lines::Either, xlo, xhi, false));
@@ -1195,16 +1192,16 @@ private:
 
     /** Whether a range's floor takes CoreLines::TradeUs: a range of more than one tile where a core of e elements
      *  runs few tiles at its largest (with many, the last tiles' drain is a small part of the time). */
-    static bool Traded(int64_t e, int64_t xlo, int64_t xhi) { return xhi > xlo && xlo < e && Ceil(e, xhi) <= kTradeTiles; }
+    static bool Traded(int64_t e, int64_t xlo, int64_t xhi) { return xhi > xlo && xlo < e && CeilDiv(e, xhi) <= kTradeTiles; }
 
     /** Where to split tiLo..tiHi (returns the lower part's last tile index) of a core whose widest kind has e
      *  elements: by tile count where the range spans more than one (at the geometric middle), else by tile. */
     int64_t SplitPoint(int64_t e, int64_t tiLo, int64_t tiHi) const {
-        const int64_t t1 = Ceil(e, tiHi * stepElems_), t2 = Ceil(e, tiLo * stepElems_);
+        const int64_t t1 = CeilDiv(e, tiHi * stepElems_), t2 = CeilDiv(e, tiLo * stepElems_);
         if (t2 > t1) {
             const double geometric = std::sqrt(static_cast<double>(t1) * static_cast<double>(t2));
             const int64_t mid = std::min(std::max(static_cast<int64_t>(geometric), t1), t2 - 1);
-            const int64_t from = Ceil(Ceil(e, mid), stepElems_);  // tiles from here up run at most mid tiles
+            const int64_t from = CeilDiv(CeilDiv(e, mid), stepElems_);  // tiles from here up run at most mid tiles
             return std::min(std::max(from, tiLo + 1), tiHi) - 1;
         }
         return tiLo + (tiHi - tiLo) / 2;
@@ -1310,7 +1307,7 @@ private:
             const RefitPair& p = PairOf(b, c);
             if (previous != nullptr && SamePredictions(*previous, p)) continue;  // the larger block wins every tie
             previous = &p;
-            if (r.tiHi >= Ceil(p.widest, stepElems_)) {
+            if (r.tiHi >= CeilDiv(p.widest, stepElems_)) {
                 OneTile(p, c, b, r.tiHi, r.tiHi);
             } else {
                 Config(p, c, b, r.tiHi);
@@ -1436,7 +1433,7 @@ private:
             if (r.cores > coresMax_[b]) continue;
             if (r.block < kEveryBlock && w_.widthOf[b][r.cores] != WidthOf(r)) continue;  // another widest core's
             const RefitPair& p = PairOf(b, r.cores);
-            const int64_t one = Ceil(p.widest, stepElems_);
+            const int64_t one = CeilDiv(p.widest, stepElems_);
             if (r.tiHi >= one) OneTile(p, r.cores, b, std::max<int64_t>(one, r.tiLo), r.tiHi);
             for (int64_t ti = std::min<int64_t>(r.tiHi, one - 1); ti >= r.tiLo; --ti) Config(p, r.cores, b, ti);
         }

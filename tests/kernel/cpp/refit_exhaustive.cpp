@@ -35,7 +35,7 @@ Pick Exhaustive(int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64
     for (int64_t ti = tiles; ti >= 1; --ti) {
         for (int64_t c = std::min<int64_t>(maxCores, bce_grad::cost::kMaxCores); c >= 1; --c) {
             for (int64_t b : blocks) {
-                if (c > std::max<int64_t>(bce_grad::cost::Ceil(n * k.elemBytes, b), 1)) continue;
+                if (c > std::max<int64_t>(bce_grad::CeilDiv(n * k.elemBytes, b), 1)) continue;
                 const double us = PredictConfig(n, b, bn, ti * bce_grad::cost::kTileStepBytes, c, k, s, hit, true).us;
                 best.us = std::min(best.us, us);
                 if (TieKey(us) < best.key) best = Pick{b, ti * bce_grad::cost::kTileStepBytes, c, TieKey(us), best.us};
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
         const int64_t seedTile = bce_grad::cost::kTileStepBytes * (1 + static_cast<int64_t>(rng() % 64));
         const int64_t seedCores = 1 + static_cast<int64_t>(rng() % 48);
         for (int64_t b : blocks) {
-            const int64_t top = std::min<int64_t>(std::max<int64_t>(bce_grad::cost::Ceil(n * k.elemBytes, b), 1), 64);
+            const int64_t top = std::min<int64_t>(std::max<int64_t>(bce_grad::CeilDiv(n * k.elemBytes, b), 1), 64);
             for (int64_t c = 1; c <= top; ++c) {
                 if (!SameWidest(n, k.elemBytes, b, c)) {
                     ++wrong;
