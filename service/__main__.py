@@ -125,6 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=env.heavy_share,
         help="share of a core batches, explanations and pictures get while other requests are in flight",
     )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=int,
+        default=env.shutdown_grace_s,
+        help="s requests under way get to finish after SIGTERM, then they are cancelled",
+    )
     a = parser.parse_args(argv)
     settings = Settings(
         host=a.host,
@@ -155,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         per_client=a.per_client,
         max_queued=a.max_queued,
         heavy_share=a.heavy_share,
+        shutdown_grace_s=a.shutdown_grace,
     )
     try:
         settings.check()
@@ -178,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop="asyncio",
         limit_concurrency=connection_cap(settings.max_connections),
         timeout_keep_alive=settings.keepalive_timeout_s,
+        # a stop waits this long for requests under way, then cancels them: uvicorn's own bound (without it a
+        # stop waited for every task, a picture's share wait among them, past an orchestrator's kill)
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
         # X-Forwarded-For only from the proxies the operator names (uvicorn trusts loopback by default: one
         # client with a header per connection would be as many clients)
         proxy_headers=bool(TrustedProxies(settings.forwarded_allow_ips)),

@@ -42,6 +42,7 @@ class Settings:
     per_client: int = 4  # explanations, pictures and batches one client address may have in flight; past it: 429
     max_queued: int = 32  # explanations and pictures waiting for a worker; past it: 503
     heavy_share: float = 0.1  # of a core: what batches, explanations and pictures get while others wait
+    shutdown_grace_s: int = 5  # on SIGTERM, requests under way get this long to finish; then they are cancelled
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -77,6 +78,7 @@ class Settings:
             max_queued=int(env.get("BCETUNE_MAX_QUEUED", d.max_queued)),
             # BCETUNE_BATCH_SHARE: its name before it was every expensive request's share, still read
             heavy_share=float(env.get("BCETUNE_HEAVY_SHARE") or env.get("BCETUNE_BATCH_SHARE") or d.heavy_share),
+            shutdown_grace_s=int(env.get("BCETUNE_SHUTDOWN_GRACE", d.shutdown_grace_s)),
         )
         s.check()
         return s
@@ -111,6 +113,7 @@ class Settings:
             "BCETUNE_PER_CLIENT": str(self.per_client),
             "BCETUNE_MAX_QUEUED": str(self.max_queued),
             "BCETUNE_HEAVY_SHARE": str(self.heavy_share),
+            "BCETUNE_SHUTDOWN_GRACE": str(self.shutdown_grace_s),
         }
 
     def check(self) -> None:
@@ -140,5 +143,7 @@ class Settings:
             raise ValueError(f"forwarded-allow-ips {self.forwarded_allow_ips!r}: {e}") from None
         if self.heavy_workers < 1 or self.per_client < 1 or self.max_queued < 0 or not 0 < self.heavy_share < 1:
             raise ValueError("heavy workers and per-client share must be >= 1, max queued >= 0, heavy share in (0, 1)")
+        if self.shutdown_grace_s < 0:
+            raise ValueError("the shutdown grace must be >= 0 s")
         if self.log_level not in ("critical", "error", "warning", "info", "debug"):
             raise ValueError(f"log level {self.log_level!r} is not one of critical, error, warning, info, debug")

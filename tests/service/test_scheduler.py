@@ -196,3 +196,62 @@ def test_a_stop_does_not_wait_for_a_running_job_past_its_grace() -> None:
     assert multiprocessing.connection.wait([workers[0].sentinel], timeout=10)
     with pytest.raises(Exception):  # noqa: B017,PT011 - cancelled or broken, never a result
         running.result(timeout=10)
+
+
+def test_a_waiting_expensive_request_stops_waiting_once_nobody_else_is_in_flight() -> None:
+    """A second of debt at a tenth of a core is 9 s of waiting while others are in flight; when they stop
+    (the last one answered, or a stop closing the server), the wait ends within a slice, not 9 s later."""
+    s = Scheduler(heavy_share=0.1)
+
+    async def waited() -> float:
+        s.cheap_started()
+        asyncio.get_running_loop().call_later(0.2, s.cheap_finished)
+        start = time.monotonic()
+        await s.charge(1.0)
+        return time.monotonic() - start
+
+    took = asyncio.run(waited())
+    assert 0.15 < took < 1.0, took
+
+
+def test_a_finished_job_whose_client_left_is_owed_by_the_next_not_waited_for() -> None:
+    """A picture finished after its client left is returned (and cached by its route) at once, its worker's
+    CPU owed: the next expensive request waits for it while others are in flight. Waiting for a departed
+    client held SIGTERM's stop behind a task nobody awaited."""
+    s = Scheduler(workers=1, heavy_share=0.5)
+
+    async def left() -> bool:  # present while its job runs, gone once it has finished
+        return s._running == 0
+
+    async def scenario() -> tuple[float, float]:
+        s.cheap_started()  # others in flight throughout
+        start = time.monotonic()
+        assert await s.run("a", left, burning, 0.3) == "burnt"
+        returned = time.monotonic() - start
+        start = time.monotonic()
+        await s.charge(0.0)  # the next one pays the 0.3 s owed: 0.3 s more at half a core
+        return returned, time.monotonic() - start
+
+    try:
+        asyncio.run(s.run("a", present, burning, 0.0))  # the worker started
+        returned, next_waited = asyncio.run(scenario())
+    finally:
+        s.shutdown()
+    assert returned < 0.55, returned  # the job's 0.3 s and no wait
+    assert next_waited > 0.2, next_waited
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="named semaphores live in /dev/shm on Linux")
+def test_a_stop_unlinks_the_pools_named_semaphores_before_it_returns() -> None:
+    """uvicorn ends a SIGTERM'd process by re-raising the signal (no atexit): what the stop leaves to the
+    garbage collector leaks, and the resource tracker's warning was a non-JSON line in the service's log."""
+    s = Scheduler(workers=1)
+    pool = s.pool()
+    pool.submit(os.getpid).result()
+    calls, results = pool._call_queue, pool._result_queue
+    files = [Path("/dev/shm") / ("sem." + lock._semlock.name.lstrip("/"))
+             for lock in (calls._rlock, calls._wlock, calls._sem, results._rlock, results._wlock)]  # fmt: skip
+    del pool, calls, results
+    assert all(f.exists() for f in files), files
+    s.shutdown()
+    assert not [f for f in files if f.exists()]

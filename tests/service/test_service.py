@@ -354,6 +354,7 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
         (["--default-soc", "Ascend999"], "default SoC 'Ascend999' unknown"),
         (["--port", "70000"], "out of range"),
         (["--log-level", "loud"], "log level"),
+        (["--shutdown-grace", "-1"], "shutdown grace must be >= 0 s"),
     ]:
         r = subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and needle in r.stderr, (args, r.stderr)
