@@ -177,10 +177,11 @@ std::pair<StructFields, int64_t> TilingFields(const std::string& scheme, int64_t
 }
 
 /** A C++ variant from the tiling key's digits (tiling_model Variant.ids). */
-bce_grad::Variant VariantOf(int64_t dtype, int64_t reduction, int64_t weight, int64_t posWeight, int64_t wrt) {
+bce_grad::Variant VariantOf(int64_t dtype, int64_t reduction, int64_t weight, int64_t posWeight, int64_t wrt,
+                            int64_t mode) {
     if (dtype < 0 || dtype > 4 || reduction < 0 || reduction > 2 || weight < 0 || weight > 4 || posWeight < 0 ||
-        posWeight > 4 || wrt < 0 || wrt > 1) {
-        throw std::invalid_argument("dtype 0-4, reduction 0-2, weight and pos_weight 0-4, wrt 0-1");
+        posWeight > 4 || wrt < 0 || wrt > 1 || mode < 0 || mode > 1) {
+        throw std::invalid_argument("dtype 0-4, reduction 0-2, weight and pos_weight 0-4, wrt 0-1, mode 0-1");
     }
     bce_grad::Variant v;
     v.dtype = static_cast<bce_grad::Dtype>(dtype);
@@ -188,6 +189,7 @@ bce_grad::Variant VariantOf(int64_t dtype, int64_t reduction, int64_t weight, in
     v.weight = static_cast<bce_grad::Form>(weight);
     v.posWeight = static_cast<bce_grad::Form>(posWeight);
     v.wrt = static_cast<bce_grad::Wrt>(wrt);
+    v.mode = static_cast<bce_grad::Mode>(mode);
     return v;
 }
 
@@ -440,16 +442,17 @@ NB_MODULE(_engine, m) {
     nb::class_<bce_grad::BufferPlan>(m, "BufferPlan", "A kernel's UB plan: what InitBuffer asks for (bce_grad_tiling_core.h).")
         .def("__init__",
              [](bce_grad::BufferPlan* self, int64_t fullInputs, int64_t outputs, int64_t elem, int64_t tempBytesPerElem,
-                int64_t scalarQueueBytes, int64_t rowBytes, int64_t tempBuffers) {
+                int64_t scalarQueueBytes, int64_t rowBytes, int64_t tempBuffers, int64_t sumBytes) {
                  if (elem < 1 || fullInputs < 0 || outputs < 0 || tempBytesPerElem < 0 || scalarQueueBytes < 0 ||
-                     rowBytes < 0 || tempBuffers < 0) {
+                     rowBytes < 0 || tempBuffers < 0 || sumBytes < 0) {
                      throw std::invalid_argument("a buffer plan's sizes are >= 0 (elem_bytes >= 1)");
                  }
                  new (self) bce_grad::BufferPlan{fullInputs, outputs, elem, tempBytesPerElem, scalarQueueBytes,
-                                                 rowBytes, tempBuffers, 0u};
+                                                 rowBytes, tempBuffers, 0u, sumBytes};
              },
              nb::kw_only(), nb::arg("full_inputs"), nb::arg("outputs"), nb::arg("elem_bytes"),
-             nb::arg("temp_bytes_per_elem"), nb::arg("scalar_queue_bytes"), nb::arg("row_bytes"), nb::arg("temp_buffers"))
+             nb::arg("temp_bytes_per_elem"), nb::arg("scalar_queue_bytes"), nb::arg("row_bytes"), nb::arg("temp_buffers"),
+             nb::arg("sum_bytes") = 0)
         .def_ro("full_inputs", &bce_grad::BufferPlan::fullInputs)
         .def_ro("outputs", &bce_grad::BufferPlan::outputs)
         .def_ro("elem_bytes", &bce_grad::BufferPlan::elemBytes)
@@ -458,6 +461,8 @@ NB_MODULE(_engine, m) {
         .def_ro("row_bytes", &bce_grad::BufferPlan::rowBytes)
         .def_ro("temp_buffers", &bce_grad::BufferPlan::tempBuffers)
         .def_ro("input_mask", &bce_grad::BufferPlan::inputMask)
+        .def_ro("sum_bytes", &bce_grad::BufferPlan::sumBytes)
+        .def_prop_ro("sum_buffer", &bce_grad::BufferPlan::SumBuffer)
         .def("queue_bytes", &bce_grad::BufferPlan::QueueBytes, nb::arg("tile_bytes"), "One queue buffer of a tile.")
         .def("temp_bytes", &bce_grad::BufferPlan::TempBytes, nb::arg("tile_bytes"), "One temporary TBuf of a tile.")
         .def_prop_ro("temp_count", &bce_grad::BufferPlan::TempCount)
@@ -466,17 +471,19 @@ NB_MODULE(_engine, m) {
         .def("ub_bytes", &bce_grad::BufferPlan::UbBytes, nb::arg("tile_bytes"), nb::arg("buffer_num"))
         .def("max_tile_bytes", &bce_grad::BufferPlan::MaxTileBytes, nb::arg("budget"), nb::arg("buffer_num"));
     m.def("bce_grad_plan",
-          [](int64_t dtype, int64_t reduction, int64_t weight, int64_t posWeight, int64_t wrt, const std::string& scheme) {
+          [](int64_t dtype, int64_t reduction, int64_t weight, int64_t posWeight, int64_t wrt, int64_t mode,
+             const std::string& scheme) {
               if (scheme != "exact" && scheme != "seed") throw std::invalid_argument("scheme is 'exact' or 'seed'");
-              const bce_grad::Variant v = VariantOf(dtype, reduction, weight, posWeight, wrt);
+              const bce_grad::Variant v = VariantOf(dtype, reduction, weight, posWeight, wrt, mode);
               bce_grad::BufferPlan plan{};
               const char* err = "";
               const bce_grad::Scheme sc = scheme == "seed" ? bce_grad::Scheme::Seed : bce_grad::Scheme::Exact;
               if (bce_grad::MakePlan(v, sc, &plan, &err) != bce_grad::Status::Ok) throw std::invalid_argument(err);
               return plan;
           },
-          nb::arg("dtype"), nb::arg("reduction"), nb::arg("weight"), nb::arg("pos_weight"), nb::arg("wrt"), nb::arg("scheme"),
-          "The BinaryCrossEntropyGrad kernel's UB plan for a variant (ids as in the tiling key); ValueError names why not.");
+          nb::arg("dtype"), nb::arg("reduction"), nb::arg("weight"), nb::arg("pos_weight"), nb::arg("wrt"), nb::arg("mode"),
+          nb::arg("scheme"),
+          "The kernel's UB plan for a variant (ids as in the tiling key; mode 1 the fused loss); ValueError names why not.");
     m.attr("INPUT_BITS") = nb::make_tuple(nb::make_tuple("grad", static_cast<uint32_t>(bce_grad::kGrad)),
                                           nb::make_tuple("logits", static_cast<uint32_t>(bce_grad::kLogits)),
                                           nb::make_tuple("labels", static_cast<uint32_t>(bce_grad::kLabels)),
@@ -501,11 +508,12 @@ NB_MODULE(_engine, m) {
           "The host tiling's knobs with its defaults where a knob is 0 (bce_grad::ResolveKnobs): (block, buffers, "
           "tile, cores); ValueError names a knob the scheme cannot take.");
     m.def("tiling_key",
-          [](int64_t dtype, int64_t reduction, int64_t weight, int64_t posWeight, int64_t wrt, int64_t bufferNum) {
-              return bce_grad::TilingKey(VariantOf(dtype, reduction, weight, posWeight, wrt), bufferNum);
+          [](int64_t dtype, int64_t reduction, int64_t weight, int64_t posWeight, int64_t wrt, int64_t mode,
+             int64_t bufferNum) {
+              return bce_grad::TilingKey(VariantOf(dtype, reduction, weight, posWeight, wrt, mode), bufferNum);
           },
           nb::arg("dtype"), nb::arg("reduction"), nb::arg("weight"), nb::arg("pos_weight"), nb::arg("wrt"),
-          nb::arg("buffer_num"), "The decimal-digit key the kernel dispatches on (bce_grad::TilingKey).");
+          nb::arg("mode"), nb::arg("buffer_num"), "The decimal-digit key the kernel dispatches on (bce_grad::TilingKey).");
     m.def("workspace_bytes",
           [](const StructFields& fields, int64_t blockDim, int64_t elem, bool posWeightLastDim, bool weightLastDim) {
               return bce_grad::WorkspaceBytes(StructOf(fields), blockDim, elem, posWeightLastDim, weightLastDim);

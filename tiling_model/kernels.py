@@ -37,6 +37,7 @@ CYCLES_PER_REPEAT: dict[str, float] = {
     "compare": 2.0, "select": 2.0,
     "adds": 1.0, "muls": 1.0, "maxs": 1.0, "mins": 1.0, "abs": 1.0, "relu": 1.0, "rec": 1.0, "duplicate": 1.0,
     "exp": 2.0, "ln": 2.0, "sqrt": 2.0, "cast": 1.0, "cast_f32_f16": 0.49, "gather": 12.2,
+    "reduce_sum": 3.0,  # VCADD fp32 (ReduceSum's repeats)
 }  # fmt: skip
 CYCLES_HALF_OVERRIDES: dict[str, float] = {"exp": 3.9, "ln": 3.9, "sqrt": 4.0, "div": 4.1}
 VECTOR_OPS = tuple(sorted(CYCLES_PER_REPEAT))
@@ -86,6 +87,7 @@ class ElementwiseKernel:
     # bcetune's own kernel: a device's knob correction (SocProfile.knob_correction) applies to its
     # predictions; not to other operators' kernels (the calibration's) or the requirement's
     knob_corrected: bool = False
+    sum_bytes: int = 0  # the fused mode's ReduceSum destination TBuf (sum / mean)
 
     def __hash__(self) -> int:
         """The fields' hash, computed once: kernels key the caches of the hot path (a frozen value)."""
@@ -148,6 +150,7 @@ class ElementwiseKernel:
             scalar_queue_bytes=self.scalar_queue_bytes,
             row_bytes=self.row_bytes,
             temp_buffers=self.temp_buffers,
+            sum_bytes=self.sum_bytes,
         )
 
     def ub_buffers(self, tile_bytes: int, buffer_num: int) -> tuple[tuple[str, str, int, int], ...]:
@@ -165,6 +168,8 @@ class ElementwiseKernel:
             out.append(("grad", "scalar queue", buffer_num, plan.scalar_queue_buffer))
         if plan.row_buffer:
             out.append(("last-dim row", "staging TBuf", 1, plan.row_buffer))
+        if plan.sum_buffer:
+            out.append(("loss sum", "TBuf", 1, plan.sum_buffer))
         return tuple(out)
 
     @functools.lru_cache(maxsize=65536)  # noqa: B019 - kernels are frozen values, few and long-lived
@@ -247,6 +252,8 @@ def bce_grad_kernel(
     widen = v.dtype in FLOAT_DTYPES and elem == 2
     work = 4 if widen else elem
     rows = 1 if v.weight == "rows" else 0
+    if v.mode == "fused":
+        return _fused_kernel(v, plan, full, widen, rows, weight_period)
     ops = [VectorOp("cast", 4)] * (len(full) - rows) if widen else []
     ops += [VectorOp(o, work) for o in _term_ops(v)]
     ops.append(VectorOp("mul" if v.reduction == "none" else "muls", work))  # grad (scaled by 1/N for mean)
@@ -272,6 +279,37 @@ def variant_plan(variant: Variant, scheme: Scheme = "exact") -> _engine.BufferPl
         return _engine.bce_grad_plan(*variant.ids, scheme)
     except ValueError as e:
         raise BadRequest(str(e)) from None
+
+
+def _fused_kernel(
+    v: Variant, plan: _engine.BufferPlan, full: tuple[str, ...], widen: bool, rows: int, weight_period: int
+) -> ElementwiseKernel:
+    """The fused mode (bce_grad.h FusedCompute), instruction for instruction: softplus(-x) with the log1p
+    correction, sigmoid(x), the pos_weight coefficient, the weight, 1/N for mean; dx and the loss out (none), or
+    the tile's loss summed (ReduceSum) for sum / mean. Everything computes in float32."""
+    none = v.reduction == "none"
+    names = ["cast"] * (len(full) - rows) if widen else []
+    names += ["abs", "muls", "exp", "adds", "adds", "sub", "div", "ln", "sub", "muls", "maxs", "add"]  # softplus(-x)
+    names += ["muls", "exp", "adds", "duplicate", "div"]  # sigmoid(x)
+    names += ["adds", "mul", "adds", "mul", "mul", "sub", "mul"] if v.pos_weight != "none" else ["sub"]
+    names += ["mul", "sub", "add"]  # + (1 - y) * x
+    if v.has_weight:
+        names += ["muls", "muls"] if v.weight == "scalar" else ["mul", "mul"]
+    names += ["muls"] if v.reduction == "mean" else []
+    out = "cast_f32_f16" if v.dtype == "float16" else "cast"
+    names += ([out] * (2 if none else 1)) if widen else []
+    names += [] if none else ["reduce_sum"]
+    ops = tuple(VectorOp(o, 4) for o in names)
+    workspace = (v.weight == "last_dim") + (v.pos_weight == "last_dim")
+    scalar = ("weight",) if v.weight == "scalar" else ()
+    name = "bce_with_logits_fused" + (f"/w_{v.weight}" if v.weight not in ("full", "none") else "")
+    name += f"/pw_{v.pos_weight}" if v.pos_weight != "none" else ""
+    return ElementwiseKernel(
+        name, v.dtype, full, ("dx", "loss") if none else ("dx",), scalar, ops, plan.temp_bytes_per_elem, 0,
+        plan.row_bytes, plan.temp_buffers, workspace_inputs=workspace, row_inputs=rows,
+        row_len=weight_period if rows else 0, row_expand_bytes=4 if rows else 0, knob_corrected=False,
+        sum_bytes=plan.sum_bytes,
+    )  # fmt: skip
 
 
 def _term_ops(v: Variant) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from tiling_model.dtypes import (
 BroadcastForm = Literal["none", "full", "last_dim", "rows", "scalar"]
 PosWeightForm = Literal["none", "full", "last_dim"]
 Wrt = Literal["logit", "probability"]
+Mode = Literal["grad", "fused"]
 #: How a broadcast operand is read (the order is the tiling key's digit: none 0 ... scalar 4).
 BROADCAST_FORMS: tuple[BroadcastForm, ...] = get_args(BroadcastForm)
 #: weight: every form.
@@ -48,18 +49,23 @@ TUNED_WEIGHT_FORMS: tuple[BroadcastForm, ...] = ("full", "none")
 POS_WEIGHT_FORMS: tuple[PosWeightForm, ...] = get_args(PosWeightForm)
 #: The gradient with respect to the logit x (p = sigmoid(x): the requirement's formula) or to p.
 WRT_FORMS: tuple[Wrt, ...] = get_args(Wrt)
+#: The kernel mode: ``grad`` is BinaryCrossEntropyGrad (the requirement's kernel, z = w*g*(p - y));
+#: ``fused`` is BCEWithLogits' loss and gradient in one pass (kernel/op_kernel/bce_with_logits_fused.cpp:
+#: reads x, y and the weights once, writes dx and the loss or per-core sums; no grad input).
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """dtype, reduction, weight form, pos_weight form, wrt: checked on construction. ``weight`` also
-    takes True / False (the input's shape / absent: ``full`` / ``none``)."""
+    """dtype, reduction, weight form, pos_weight form, wrt, kernel mode: checked on construction. ``weight``
+    also takes True / False (the input's shape / absent: ``full`` / ``none``)."""
 
     dtype: Dtype
     reduction: Reduction = "none"
     weight: BroadcastForm = "full"
     pos_weight: PosWeightForm = "none"
     wrt: Wrt = "logit"
+    mode: Mode = "grad"
 
     def __post_init__(self) -> None:
         check_combination(self.dtype, self.reduction)
@@ -75,6 +81,12 @@ class Variant:
             raise UnsupportedError(f"unknown wrt {self.wrt!r}; known: {', '.join(WRT_FORMS)}")
         if self.wrt == "probability" and self.dtype not in FLOAT_DTYPES:
             raise UnsupportedError("wrt='probability' needs a float dtype (A2 has no integer Div)")
+        if self.mode not in MODES:
+            raise UnsupportedError(f"unknown kernel mode {self.mode!r}; known: {', '.join(MODES)}")
+        if self.mode == "fused" and (self.dtype not in FLOAT_DTYPES or self.wrt != "logit"):
+            raise UnsupportedError(
+                "mode='fused' (BCEWithLogits' loss and gradient) needs a float dtype and wrt='logit'"
+            )
         if self.pos_weight != "none" and self.wrt == "probability":
             raise UnsupportedError(
                 "pos_weight applies to wrt='logit' only (the probability gradient has no pos_weight term)"
@@ -85,12 +97,12 @@ class Variant:
         return self.weight != "none"
 
     @property
-    def ids(self) -> tuple[int, int, int, int, int]:
-        """(dtype, reduction, weight form, pos_weight form, wrt) as the C++ ``bce_grad::Variant`` numbers them
-        (and the tiling key's digits)."""
+    def ids(self) -> tuple[int, int, int, int, int, int]:
+        """(dtype, reduction, weight form, pos_weight form, wrt, mode) as the C++ ``bce_grad::Variant`` numbers
+        them (and the tiling key's digits)."""
         return (
             DTYPE_ID[self.dtype], REDUCTION_ID[self.reduction], BROADCAST_FORMS.index(self.weight),
-            BROADCAST_FORMS.index(self.pos_weight), WRT_FORMS.index(self.wrt),
+            BROADCAST_FORMS.index(self.pos_weight), WRT_FORMS.index(self.wrt), MODES.index(self.mode),
         )  # fmt: skip
 
     @property
@@ -101,9 +113,11 @@ class Variant:
 
     def label(self) -> str:
         """Short human form, e.g. ``float16/mean/w/logit/pw_none`` (``w_rows``, ``w_last_dim``, ...
-        for a broadcast weight)."""
+        for a broadcast weight; ``/fused`` after it for the fused mode)."""
         w = {"full": "w", "none": "nw"}.get(self.weight, f"w_{self.weight}")
-        return f"{self.dtype}/{self.reduction}/{w}/{self.wrt}/pw_{self.pos_weight}"
+        return f"{self.dtype}/{self.reduction}/{w}/{self.wrt}/pw_{self.pos_weight}" + (
+            "/fused" if self.mode == "fused" else ""
+        )
 
 
 def every_variant(weights: tuple[BroadcastForm, ...] = TUNED_WEIGHT_FORMS) -> list[Variant]:

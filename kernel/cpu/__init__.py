@@ -43,6 +43,8 @@ DTYPES: dict[str, np.dtype] = {
     "int16": np.dtype(np.int16),
 }
 TENSOR_NAMES = ("grad", "logits", "labels", "weight", "pos_weight", "z", "workspace", "tiling")
+#: The fused entry's GM arguments (bce_with_logits_fused.cpp): no grad; dx and the loss (or per-core sums) out.
+FUSED_TENSOR_NAMES = ("logits", "labels", "weight", "pos_weight", "dx", "loss", "workspace", "tiling")
 CXXFLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror")
 #: The two CANN build flows the twin can compile the kernel as.
 FLOWS = ("launch", "op")
@@ -147,20 +149,9 @@ def library(flow: str = "launch", dtype: str | None = None) -> ctypes.CDLL:
         )
         lib = ctypes.CDLL(str(path))
         lib.bce_twin_flow.restype = ctypes.c_char_p
-        lib.bce_twin_run.restype = ctypes.c_int
-        lib.bce_twin_run.argtypes = [
-            ctypes.POINTER(_Tensor),
-            ctypes.c_int,
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_int,
-            ctypes.POINTER(ctypes.c_int64),
-            ctypes.c_int64,
-            ctypes.POINTER(_Stats),
-            ctypes.POINTER(ctypes.c_uint64),
-            ctypes.c_char_p,
-            ctypes.c_uint64,
-        ]
+        for fn in (lib.bce_twin_run, lib.bce_twin_run_fused):
+            fn.restype = ctypes.c_int
+            fn.argtypes = _RUN_ARGTYPES
         _libs[key] = lib
         return lib
 
@@ -175,6 +166,21 @@ class _Tensor(ctypes.Structure):
 
 class _Stats(ctypes.Structure):
     _fields_ = [("ub_peak", ctypes.c_uint64), ("ub_peak_min", ctypes.c_uint64)]
+
+
+_RUN_ARGTYPES = [
+            ctypes.POINTER(_Tensor),
+            ctypes.c_int,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.c_int64,
+            ctypes.POINTER(_Stats),
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.c_char_p,
+            ctypes.c_uint64,
+]
 
 
 @dataclass(frozen=True)
@@ -216,22 +222,58 @@ def run_tiling(
     pos_weight) writing ``out``; ``cores`` limits the run to some block indices; ``flow`` picks the
     CANN build flow the kernel is compiled as (``op``: the custom-op binary of the tiling's dtype)."""
     prepared = tiling if isinstance(tiling, PreparedTiling) else PreparedTiling.of(tiling)
+    if prepared.tiling.variant.mode == "fused":
+        raise BadRequest("a fused-mode tiling runs through run_fused_tiling (its entry takes no grad)")
+    gm = [arrays.get(k) for k in TENSOR_NAMES[:5]] + [out]
+    return _launch(prepared, TENSOR_NAMES, gm, "bce_twin_run", cores, threads, flow)
+
+
+def run_fused_tiling(
+    tiling: TilingData | PreparedTiling,
+    arrays: dict[str, np.ndarray | None],
+    dx: np.ndarray,
+    loss: np.ndarray,
+    *,
+    cores: list[int] | None = None,
+    threads: int | None = None,
+    flow: str = "launch",
+) -> RunResult:
+    """Launch the fused entry (bce_with_logits_fused) with a fused-mode ``tiling`` over contiguous ``arrays``
+    (logits, labels, weight, pos_weight), writing ``dx`` and ``loss`` (the input's shape for reduction none,
+    else one float32 per block index: each core's sum of the loss)."""
+    prepared = tiling if isinstance(tiling, PreparedTiling) else PreparedTiling.of(tiling)
+    if prepared.tiling.variant.mode != "fused":
+        raise BadRequest("run_fused_tiling takes a fused-mode tiling (Variant(..., mode='fused'))")
+    gm = [arrays.get(k) for k in FUSED_TENSOR_NAMES[:4]] + [dx, loss]
+    return _launch(prepared, FUSED_TENSOR_NAMES, gm, "bce_twin_run_fused", cores, threads, flow)
+
+
+def _launch(
+    prepared: PreparedTiling,
+    names: tuple[str, ...],
+    gm: list[np.ndarray | None],
+    entry: str,
+    cores: list[int] | None,
+    threads: int | None,
+    flow: str,
+) -> RunResult:
+    """One launch of a twin entry: ``gm`` are its first six GM arguments (``names`` order), then the workspace
+    and the tiling struct are added."""
     t = prepared.tiling
     bad = [c for c in cores or [] if not 0 <= c < t.block_dim]
     if bad:
         raise BadRequest(f"cores {bad} are not block indices of this tiling (0..{t.block_dim - 1})")
     if t.block_dim == 0:
-        return RunResult(0, 0, dict.fromkeys(TENSOR_NAMES, 0), dict.fromkeys(TENSOR_NAMES, 0))
+        return RunResult(0, 0, dict.fromkeys(names, 0), dict.fromkeys(names, 0))
     workspace = np.zeros(max(t.workspace_bytes, 0), dtype=np.uint8)
     # the kernel never writes the tiling; the twin's view of it is read-only memory in all but name
-    tiling_bytes = prepared.tiling_bytes
-    keep = [arrays.get(k) for k in TENSOR_NAMES[:5]] + [out, workspace if workspace.size else None, tiling_bytes]
-    tensors = _gm_tensors(keep)  # keep holds the arrays alive while the kernel runs
+    keep = [*gm, workspace if workspace.size else None, prepared.tiling_bytes]
+    tensors = _gm_tensors(keep, names)  # keep holds the arrays alive while the kernel runs
     which = (ctypes.c_int64 * max(len(cores or []), 1))(*(cores or [0]))
     stats = _Stats()
     io = (ctypes.c_uint64 * 16)()
     err = ctypes.create_string_buffer(2048)
-    rc = library(flow, t.variant.dtype).bce_twin_run(
+    rc = getattr(library(flow, t.variant.dtype), entry)(
         tensors,
         8,
         t.block_dim,
@@ -249,18 +291,18 @@ def run_tiling(
     return RunResult(
         int(stats.ub_peak),
         int(stats.ub_peak_min),
-        {n: int(io[2 * i]) for i, n in enumerate(TENSOR_NAMES)},
-        {n: int(io[2 * i + 1]) for i, n in enumerate(TENSOR_NAMES)},
+        {n: int(io[2 * i]) for i, n in enumerate(names)},
+        {n: int(io[2 * i + 1]) for i, n in enumerate(names)},
     )
 
 
 _THREADS = os.cpu_count() or 1
 
 
-def _gm_tensors(arrays: list[np.ndarray | None]) -> ctypes.Array[_Tensor]:
-    """The launcher's view of the eight GM arguments (in TENSOR_NAMES order); absent ones are null."""
-    tensors = (_Tensor * len(TENSOR_NAMES))()
-    for i, (name, a) in enumerate(zip(TENSOR_NAMES, arrays, strict=True)):
+def _gm_tensors(arrays: list[np.ndarray | None], names: tuple[str, ...] = TENSOR_NAMES) -> ctypes.Array[_Tensor]:
+    """The launcher's view of the eight GM arguments (in ``names`` order); absent ones are null."""
+    tensors = (_Tensor * len(names))()
+    for i, (name, a) in enumerate(zip(names, arrays, strict=True)):
         if a is not None and not a.flags.c_contiguous:
             raise BadRequest(f"{name} must be C-contiguous")
         tensors[i].name = name.encode()
@@ -337,6 +379,43 @@ def bce_grad(
     return out
 
 
+def bce_with_logits_fused(
+    x: np.ndarray,
+    y: np.ndarray,
+    weight: np.ndarray | None = None,
+    pos_weight: np.ndarray | None = None,
+    *,
+    reduction: str = "mean",
+    soc: str = "Ascend910B2",
+    params: TilingParams | None = None,
+    cores: list[int] | None = None,
+    flow: str = "launch",
+) -> tuple[np.ndarray, np.ndarray]:
+    """(loss, dx) of BCEWithLogits, computed by the kernel's fused mode in the twin: the loss as PyTorch
+    returns it (the input's shape for none; a 0-dim array of the input's dtype for sum and mean: the cores'
+    float32 sums added in block order, in float64, then / N for mean) and dx = d loss / d x at grad_output 1.
+    Float dtypes; weight in any broadcast form, pos_weight full or [C]."""
+    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
+    w = None if weight is None else np.ascontiguousarray(weight)
+    pw = None if pos_weight is None else np.ascontiguousarray(pos_weight)
+    dtype, w_form, pw_form = _check_inputs(np.zeros(1, x.dtype), x, y, w, pw, "sum")
+    variant = Variant(dtype, reduction, w_form.form, pw_form.form, "logit", "fused")  # type: ignore[arg-type]
+    tiling = compute_tiling(list(x.shape), variant, params, soc, "exact", w_form.period)
+    dx = np.zeros(x.shape, dtype=x.dtype)
+    none = reduction == "none"
+    loss = np.zeros(x.shape if none else (max(tiling.block_dim, 1),), dtype=x.dtype if none else np.float32)
+    arrays: dict[str, np.ndarray | None] = {"logits": x, "labels": y, "weight": w, "pos_weight": pw}
+    run_fused_tiling(tiling, arrays, dx, loss, cores=cores, flow=flow)
+    if none:
+        return loss, dx
+    total = 0.0
+    for part in loss.tolist():  # in block order: the same sum run to run
+        total += part
+    if reduction == "mean":
+        total = total / x.size if x.size else float("nan")
+    return np.asarray(total, dtype=x.dtype), dx
+
+
 __all__ = [
     "FLOWS",
     "KernelBuildError",
@@ -344,6 +423,8 @@ __all__ = [
     "PreparedTiling",
     "RunResult",
     "bce_grad",
+    "bce_with_logits_fused",
     "library",
+    "run_fused_tiling",
     "run_tiling",
 ]

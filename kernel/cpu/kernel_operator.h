@@ -741,6 +741,64 @@ template <typename T, bool isSetMask = true> __aicore__ inline void Mins(const L
     twin_detail::Scalar(dst, src, scalarValue, count, "Mins", [](auto a, auto b) { return a < b ? a : b; });
 }
 
+namespace twin_detail {
+
+template <typename T, typename F> void Unary(const LocalTensor<T>& dst, const LocalTensor<T>& src, int32_t count, const char* op, F f) {
+    if (!Begin<T>(count, op)) return;
+    CheckVec(dst, count, op, "dst");
+    CheckVec(src, count, op, "src");
+    CheckOverlap(dst, src, count, op);
+    T* d = dst.Data();
+    const T* a = src.Data();
+    for (int32_t i = 0; i < count; ++i) d[i] = Apply2<T>(a[i], a[i], [&](auto x, auto) { return f(x); });
+}
+
+}  // namespace twin_detail
+
+/** Exp, Ln: the C library's correctly rounded-or-nearly results (the device's are its own approximations:
+ *  a twin cannot know their last bits; the golden tests allow a few ulps). */
+template <typename T> __aicore__ inline void Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
+    BCE_TWIN_FARITH(T, Abs);
+    twin_detail::Unary(dst, src, count, "Abs", [](auto a) { return std::fabs(a); });
+}
+template <typename T> __aicore__ inline void Exp(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
+    BCE_TWIN_FARITH(T, Exp);
+    twin_detail::Unary(dst, src, count, "Exp", [](auto a) { return std::exp(a); });
+}
+template <typename T> __aicore__ inline void Ln(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
+    BCE_TWIN_FARITH(T, Ln);
+    twin_detail::Unary(dst, src, count, "Ln", [](auto a) { return std::log(a); });
+}
+
+/**
+ * ReduceSum, count form: the sum of src[0, count) to dst[0]. On A2 (ascendc-api.md s5.3, "mode 1") each
+ * 256-B repeat is summed as a binary tree, then the repeats' sums are added in order: the twin adds in that
+ * order (pairwise within a repeat), so its rounding follows the device's shape. sharedTmpBuffer is unused
+ * there; it is checked as an operand.
+ */
+template <typename T, bool isSetMask = true>
+__aicore__ inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,
+                                 const int32_t count) {
+    BCE_TWIN_FARITH(T, ReduceSum);
+    if (count < 1) twin::Fail("bad_count", twin::Format("ReduceSum with count %d (1 at least)", count));
+    twin_detail::CheckVec(dst, 1, "ReduceSum", "dst");
+    twin_detail::CheckVec(src, count, "ReduceSum", "src");
+    twin_detail::CheckVec(sharedTmpBuffer, 1, "ReduceSum", "sharedTmpBuffer");
+    constexpr int32_t kRepeat = 256 / static_cast<int32_t>(sizeof(T));
+    const T* a = src.Data();
+    float total = 0.0f;
+    for (int32_t r = 0; r < count; r += kRepeat) {
+        float lane[kRepeat];
+        int32_t m = count - r < kRepeat ? count - r : kRepeat;
+        for (int32_t i = 0; i < kRepeat; ++i) lane[i] = i < m ? static_cast<float>(a[r + i]) : 0.0f;
+        for (int32_t width = kRepeat / 2; width >= 1; width /= 2) {
+            for (int32_t i = 0; i < width; ++i) lane[i] = static_cast<float>(T(lane[2 * i] + lane[2 * i + 1]));
+        }
+        total = static_cast<float>(T(total + lane[0]));
+    }
+    dst.Data()[0] = T(total);
+}
+
 template <typename T> __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count) {
     static_assert(twin_detail::IsOneOf<T, int16_t, uint16_t, half, bfloat16_t, int32_t, uint32_t, float>(),
                   "Duplicate: unsupported dtype on A2");

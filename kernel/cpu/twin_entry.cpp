@@ -1,6 +1,7 @@
 /**
- * The CPU twin's launcher: compiles the unchanged kernel source (op_kernel/bce_grad.cpp) against
- * the twin's kernel_operator.h and exposes one C function that Python calls through ctypes.
+ * The CPU twin's launcher: compiles the unchanged kernel sources (op_kernel/bce_grad.cpp and its fused
+ * sibling bce_with_logits_fused.cpp) against the twin's kernel_operator.h and exposes one C function per
+ * entry that Python calls through ctypes.
  *
  * Built per CANN flow, as kernel/cpu/__init__.py asks: the kernel-launch flow (nothing extra), or
  * the custom-op flow (-DBCE_GRAD_CUSTOM_OP -DDTYPE_LOGITS=T, with op_tiling_shim.h force-included
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "../op_kernel/bce_grad.cpp"
+#include "../op_kernel/bce_with_logits_fused.cpp"
 #include "kernel_operator.h"
 
 extern "C" {
@@ -28,17 +30,17 @@ struct BceTwinStats {
     uint64_t ubPeakMin;   // min over cores (all cores allocate the same plan)
 };
 
-/**
- * Run bce_grad over the block indices in `cores` (all of [0, blockDim) if ncores == 0).
- * tensors: grad, logits, labels, weight, pos_weight, z, workspace, tiling (data may be null).
- * Returns 0, or 1 with the first fault (by block index) in err; per-region bytes read/written
- * go to io[2*i], io[2*i+1].
- */
-int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, int64_t ubCapacity, int threads,
-                 const int64_t* cores, int64_t ncores, BceTwinStats* stats, uint64_t* io, char* err,
-                 uint64_t errLen) {
+}  // extern "C"
+
+namespace {
+
+/** Run one kernel entry (8 GM arguments, the 7th the workspace) over the block indices in `cores`. */
+template <typename Entry>
+int RunEntry(Entry entry, const BceTwinTensor* tensors, int ntensors, int64_t blockDim, int64_t ubCapacity,
+             int threads, const int64_t* cores, int64_t ncores, BceTwinStats* stats, uint64_t* io, char* err,
+             uint64_t errLen) {
     if (ntensors != 8) {
-        std::snprintf(err, errLen, "bce_twin_run expects 8 tensors, got %d", ntensors);
+        std::snprintf(err, errLen, "the twin expects 8 tensors, got %d", ntensors);
         return 2;
     }
     std::vector<twin::GmRegion> regions(8);
@@ -67,7 +69,7 @@ int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, i
 #endif
     std::vector<int64_t> which(cores, cores + ncores);
     std::vector<twin::CoreReport> reps = twin::RunCores(launch, which, threads, [&]() {
-        bce_grad(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], workspaceArg, ptr[7]);
+        entry(ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], workspaceArg, ptr[7]);
     });
     stats->ubPeak = 0;
     stats->ubPeakMin = ~0ull;
@@ -86,6 +88,30 @@ int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, i
         }
     }
     return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+/**
+ * Run bce_grad over the block indices in `cores` (all of [0, blockDim) if ncores == 0).
+ * tensors: grad, logits, labels, weight, pos_weight, z, workspace, tiling (data may be null).
+ * Returns 0, or 1 with the first fault (by block index) in err; per-region bytes read/written
+ * go to io[2*i], io[2*i+1].
+ */
+int bce_twin_run(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, int64_t ubCapacity, int threads,
+                 const int64_t* cores, int64_t ncores, BceTwinStats* stats, uint64_t* io, char* err,
+                 uint64_t errLen) {
+    return RunEntry(bce_grad, tensors, ntensors, blockDim, ubCapacity, threads, cores, ncores, stats, io, err, errLen);
+}
+
+/** Run bce_with_logits_fused likewise; tensors: logits, labels, weight, pos_weight, dx, loss, workspace, tiling. */
+int bce_twin_run_fused(const BceTwinTensor* tensors, int ntensors, int64_t blockDim, int64_t ubCapacity, int threads,
+                       const int64_t* cores, int64_t ncores, BceTwinStats* stats, uint64_t* io, char* err,
+                       uint64_t errLen) {
+    return RunEntry(bce_with_logits_fused, tensors, ntensors, blockDim, ubCapacity, threads, cores, ncores, stats, io,
+                    err, errLen);
 }
 
 /** Which CANN build flow this library was compiled as ("launch" or "op:<dtype>"). */

@@ -35,23 +35,23 @@ extern "C" __global__ __aicore__ void bce_grad(GM_ADDR grad, GM_ADDR logits, GM_
     bce_grad_kernel::LoadTiling(&t, tiling);
 #endif
 #if defined(DTYPE_LOGITS)
-    bce_grad_kernel::Run<DTYPE_LOGITS>(grad, logits, labels, weight, posWeight, z, workspace, t);
+    bce_grad_kernel::Run<DTYPE_LOGITS>(grad, logits, labels, weight, posWeight, z, nullptr, workspace, t);
 #else
     switch (bce_grad_kernel::DecodeKey(t.tilingKey).dtype) {
         case 0:
-            bce_grad_kernel::Run<float>(grad, logits, labels, weight, posWeight, z, workspace, t);
+            bce_grad_kernel::Run<float>(grad, logits, labels, weight, posWeight, z, nullptr, workspace, t);
             break;
         case 1:
-            bce_grad_kernel::Run<half>(grad, logits, labels, weight, posWeight, z, workspace, t);
+            bce_grad_kernel::Run<half>(grad, logits, labels, weight, posWeight, z, nullptr, workspace, t);
             break;
         case 2:
-            bce_grad_kernel::Run<bfloat16_t>(grad, logits, labels, weight, posWeight, z, workspace, t);
+            bce_grad_kernel::Run<bfloat16_t>(grad, logits, labels, weight, posWeight, z, nullptr, workspace, t);
             break;
         case 3:
-            bce_grad_kernel::Run<int32_t>(grad, logits, labels, weight, posWeight, z, workspace, t);
+            bce_grad_kernel::Run<int32_t>(grad, logits, labels, weight, posWeight, z, nullptr, workspace, t);
             break;
         case 4:
-            bce_grad_kernel::Run<int16_t>(grad, logits, labels, weight, posWeight, z, workspace, t);
+            bce_grad_kernel::Run<int16_t>(grad, logits, labels, weight, posWeight, z, nullptr, workspace, t);
             break;
         default:
             break;

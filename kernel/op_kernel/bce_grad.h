@@ -6,7 +6,17 @@
  *   wrt probability: z = w * g * (p - y) / max(p * (1 - p), 1e-12)
  *
  * g is a tensor (reduction none) or one scalar read once (sum; mean also scales by the host's
- * float 1/N). Absent inputs are not read. half and bfloat16 compute in float32 (no bf16
+ * float 1/N).
+ *
+ * The fused mode (bce_with_logits_fused.cpp; the key's mode digit) is BCEWithLogits' loss and its gradient
+ * in one pass: x and y (and the weights) are read once, dx is written, and the loss (reduction none) or
+ * each core's sum of it (sum / mean; the host adds the blockDim partials in order, so a run repeats):
+ *
+ *   coef = 1 + (pw - 1) * y,  sp = softplus(-x) = max(-x, 0) + log1p(exp(-|x|))
+ *   loss = w * ((1 - y) * x + coef * sp),     dx = w * (coef * sigmoid(x) - pw * y) * scale
+ *
+ * (pw = 1 without pos_weight; scale 1/N for mean). log1p(e) is ln(u) - ((u - 1) - e) / u with u = 1 + e
+ * (the rounding of 1 + e taken back: exact to a few ulps where e is below float's epsilon). Absent inputs are not read. half and bfloat16 compute in float32 (no bf16
  * arithmetic on A2); float32 and the int types compute in place in their input tiles. Tiles
  * whose byte length is not a 32-byte multiple move with DataCopyPad, so no core touches GM
  * outside its range.
@@ -44,7 +54,8 @@ constexpr int64_t kStageElems = 768;  // staging buffer of the last-dim row copi
 constexpr int64_t kSuperElems = 256;  // rows shorter than this are replicated in UB first
 constexpr float kProbEps = 1e-12f;
 
-/** The tiling key's decimal digits (op_host TilingKey): schMode, dtype, weight form, BUFFER_NUM, pos_weight form, wrt. */
+/** The tiling key's decimal digits (op_host TilingKey): schMode, dtype, weight form, BUFFER_NUM, pos_weight form,
+ *  wrt, mode. */
 struct Variant {
     bool scalarGrad;
     int64_t dtype;
@@ -52,6 +63,7 @@ struct Variant {
     int64_t bufferNum;
     int64_t posWeight;
     bool probability;
+    bool fused;
 };
 
 __aicore__ inline Variant DecodeKey(int64_t key) {
@@ -62,6 +74,7 @@ __aicore__ inline Variant DecodeKey(int64_t key) {
     v.bufferNum = key / 1000 % 10;
     v.posWeight = key / 10000 % 10;
     v.probability = key / 100000 % 10 != 0;
+    v.fused = key / 1000000 % 10 != 0;
     return v;
 }
 
@@ -128,9 +141,10 @@ class KernelBceGrad {
 public:
     __aicore__ inline KernelBceGrad() {}
 
+    /** z is the gradient; loss (the fused mode's, else nullptr) its loss tensor or per-core float sums. */
     __aicore__ inline void Init(GM_ADDR grad, GM_ADDR logits, GM_ADDR labels, GM_ADDR weight, GM_ADDR posWeight,
-                                GM_ADDR z, GM_ADDR workspace, const BceGradTilingData& t, const Variant& v,
-                                TPipe* pipe) {
+                                GM_ADDR z, GM_ADDR loss, GM_ADDR workspace, const BceGradTilingData& t,
+                                const Variant& v, TPipe* pipe) {
         v_ = v;
         pipe_ = pipe;
         classes_ = t.posWeightClasses;
@@ -163,7 +177,14 @@ public:
         zGm_.SetGlobalBuffer((__gm__ T*)z + start_, count_);
         pipe_->InitBuffer(pQue_, BUFFER_NUM, tileBytes);
         pipe_->InitBuffer(yQue_, BUFFER_NUM, tileBytes);
-        if (v_.scalarGrad) {
+        if (v_.fused) {  // no grad: dx is scaled by the reduction alone (1, or 1/N for mean)
+            scale_ = FloatFromBits(t.scaleBits);
+            if (v_.scalarGrad) {
+                partialGm_.SetGlobalBuffer((__gm__ float*)loss + idx, 1);  // this core's sum of the loss
+            } else {
+                lossGm_.SetGlobalBuffer((__gm__ T*)loss + start_, count_);
+            }
+        } else if (v_.scalarGrad) {
             GlobalTensor<T> g;
             g.SetGlobalBuffer((__gm__ T*)grad, 1);
             scale_ = ScalarToFloat<T>(g.GetValue(0)) * FloatFromBits(t.scaleBits);
@@ -201,12 +222,16 @@ public:
         }
         pipe_->InitBuffer(zQue_, BUFFER_NUM, tileBytes);
         const uint32_t workBytes = static_cast<uint32_t>(tileElems_ * static_cast<int64_t>(sizeof(C)));
-        if constexpr (kWiden) {
-            pipe_->InitBuffer(tmpA_, workBytes);
-            pipe_->InitBuffer(tmpB_, workBytes);
-        }
-        if ((kWiden && v_.posWeight != kFormNone) || v_.probability) {
-            pipe_->InitBuffer(tmpC_, workBytes);
+        if (v_.fused) {
+            InitFused(tileBytes, workBytes);
+        } else {
+            if constexpr (kWiden) {
+                pipe_->InitBuffer(tmpA_, workBytes);
+                pipe_->InitBuffer(tmpB_, workBytes);
+            }
+            if ((kWiden && v_.posWeight != kFormNone) || v_.probability) {
+                pipe_->InitBuffer(tmpC_, workBytes);
+            }
         }
         if (v_.weight == kFormRows) {
             pipe_->InitBuffer(wide_, workBytes);  // the row values expanded, in the compute type
@@ -218,6 +243,7 @@ public:
 
     __aicore__ inline void Process() {
         if (count_ <= 0) {
+            if (v_.fused && v_.scalarGrad) WritePartial();
             return;
         }
         if (v_.posWeight == kFormLastDim) {
@@ -229,9 +255,14 @@ public:
         for (int64_t i = 0; i < tileNum_; ++i) {
             const int64_t len = i == tileNum_ - 1 ? tailElems_ : tileElems_;
             CopyIn(i, len);
-            Compute(i, len);
+            if (v_.fused) {
+                FusedCompute(i, len);
+            } else {
+                Compute(i, len);
+            }
             CopyOut(i, len);
         }
+        if (v_.fused && v_.scalarGrad) WritePartial();
     }
 
 private:
@@ -267,7 +298,7 @@ private:
         const int64_t off = i * tileElems_;
         LoadTo(pQue_, logitsGm_[off], len);
         LoadTo(yQue_, labelsGm_[off], len);
-        if (!v_.scalarGrad) LoadTo(gQue_, gradGm_[off], len);
+        if (!v_.scalarGrad && !v_.fused) LoadTo(gQue_, gradGm_[off], len);
         if (v_.weight == kFormFull) LoadTo(wQue_, weightGm_[off], len);
         if (v_.weight == kFormLastDim) LoadTo(wQue_, weightGm_[(off % period_)], len);
         if (v_.weight == kFormRows) {
@@ -411,6 +442,153 @@ private:
         LocalTensor<T> z = zQue_.template DeQue<T>();
         Store(zGm_[i * tileElems_], z, len);
         zQue_.FreeTensor(z);
+        if (v_.fused && !v_.scalarGrad) {
+            LocalTensor<T> l = lossQue_.template DeQue<T>();
+            Store(lossGm_[i * tileElems_], l, len);
+            lossQue_.FreeTensor(l);
+        }
+    }
+
+    /** The fused mode's buffers (tiling core MakeFusedPlan): the loss queue (none) or the sum's TBuf, and the
+     *  float temporaries; half types also widen x, y, pos_weight and a streamed weight. */
+    __aicore__ inline void InitFused(uint32_t tileBytes, uint32_t workBytes) {
+        const bool none = !v_.scalarGrad;
+        if (none) {
+            pipe_->InitBuffer(lossQue_, BUFFER_NUM, tileBytes);
+        } else {
+            pipe_->InitBuffer(sum_, 32);
+        }
+        pipe_->InitBuffer(tmpB_, workBytes);
+        if (kWiden || !none) {
+            pipe_->InitBuffer(tmpA_, workBytes);
+        }
+        if constexpr (kWiden) {
+            pipe_->InitBuffer(tmpX_, workBytes);
+            pipe_->InitBuffer(tmpY_, workBytes);
+            pipe_->InitBuffer(tmpD_, workBytes);
+            if (v_.posWeight != kFormNone) pipe_->InitBuffer(tmpC_, workBytes);
+            if (v_.weight == kFormFull || v_.weight == kFormLastDim) pipe_->InitBuffer(tmpW_, workBytes);
+        }
+    }
+
+    /**
+     * One tile of the fused loss and gradient (the file comment's formulas). X, Y, PW, W are the tile's
+     * inputs in the compute type (widened copies for half types, the input tiles themselves for float32,
+     * which are consumed); A ends as the loss, D as dx (float32: the output tiles themselves), B is scratch.
+     */
+    __aicore__ inline void FusedCompute(int64_t i, int64_t len) {
+        if constexpr (kFloat) {  // the fused mode runs float dtypes only (MakeFusedPlan)
+            const int32_t n = static_cast<int32_t>(len);
+            const uint32_t un = static_cast<uint32_t>(n);
+            const bool none = !v_.scalarGrad;
+            const bool weightTile = v_.weight == kFormFull || v_.weight == kFormLastDim || v_.weight == kFormRows;
+            LocalTensor<T> z = zQue_.template AllocTensor<T>();
+            LocalTensor<T> l;
+            if (none) l = lossQue_.template AllocTensor<T>();
+            LocalTensor<T> x = pQue_.template DeQue<T>();
+            LocalTensor<T> y = yQue_.template DeQue<T>();
+            LocalTensor<T> w, pw;
+            if (weightTile) w = wQue_.template DeQue<T>();
+            if (v_.posWeight != kFormNone) pw = pwQue_.template DeQue<T>();
+            LocalTensor<C> X, Y, PW, W, A, D;
+            LocalTensor<C> B = tmpB_.template Get<C>();
+            if constexpr (kWiden) {
+                X = tmpX_.template Get<C>();
+                Y = tmpY_.template Get<C>();
+                D = tmpD_.template Get<C>();
+                A = tmpA_.template Get<C>();
+                Cast(X, x, RoundMode::CAST_NONE, un);
+                Cast(Y, y, RoundMode::CAST_NONE, un);
+                if (v_.posWeight != kFormNone) {
+                    PW = tmpC_.template Get<C>();
+                    Cast(PW, pw, RoundMode::CAST_NONE, un);
+                }
+                if (v_.weight == kFormFull || v_.weight == kFormLastDim) {
+                    W = tmpW_.template Get<C>();
+                    Cast(W, w, RoundMode::CAST_NONE, un);
+                }
+            } else {
+                X = x;
+                Y = y;
+                PW = pw;
+                W = w;
+                D = z;
+                A = none ? l : tmpA_.template Get<C>();
+            }
+            if (v_.weight == kFormRows) {
+                W = wide_.template Get<C>();
+                ExpandRows(W, w, i * tileElems_, len);
+            }
+            const C one = static_cast<C>(1);
+            const C minusOne = static_cast<C>(-1);
+            // softplus(-x) = max(-x, 0) + log1p(e), e = exp(-|x|); log1p(e) = ln(u) - ((u - 1) - e) / u, u = 1 + e
+            Abs(A, X, n);
+            Muls(A, A, minusOne, n);
+            Exp(A, A, n);
+            Adds(B, A, one, n);
+            Adds(D, B, minusOne, n);
+            Sub(D, D, A, n);
+            Div(D, D, B, n);
+            Ln(A, B, n);
+            Sub(A, A, D, n);
+            Muls(D, X, minusOne, n);
+            Maxs(D, D, static_cast<C>(0), n);
+            Add(A, A, D, n);
+            // sigmoid(x) = 1 / (1 + exp(-x)) (exp overflows to inf below x = -88: 0, as it should)
+            Muls(D, X, minusOne, n);
+            Exp(D, D, n);
+            Adds(D, D, one, n);
+            Duplicate(B, one, n);
+            Div(D, B, D, n);
+            if (v_.posWeight != kFormNone) {  // coef = 1 + (pw - 1) * y; dx = coef * s - pw * y; loss += (coef - 1) * sp
+                Adds(B, PW, minusOne, n);
+                Mul(B, B, Y, n);
+                Adds(B, B, one, n);
+                Mul(PW, PW, Y, n);
+                Mul(D, D, B, n);
+                Sub(D, D, PW, n);
+                Mul(A, A, B, n);
+            } else {
+                Sub(D, D, Y, n);
+            }
+            Mul(B, Y, X, n);  // (1 - y) * x = x - y * x
+            Sub(B, X, B, n);
+            Add(A, A, B, n);
+            if (weightTile) {
+                Mul(D, D, W, n);
+                Mul(A, A, W, n);
+            } else if (v_.weight == kFormScalar) {
+                const C wv = static_cast<C>(ScalarToFloat<T>(wValue_));
+                Muls(D, D, wv, n);
+                Muls(A, A, wv, n);
+            }
+            if (scale_ != 1.0f) Muls(D, D, static_cast<C>(scale_), n);
+            if constexpr (kWiden) {
+                Cast(z, D, RoundMode::CAST_RINT, un);
+                if (none) Cast(l, A, RoundMode::CAST_RINT, un);
+            }
+            if (!none) {  // this tile's loss summed; the core's sum accumulates tile by tile, in order
+                LocalTensor<float> s = sum_.template Get<float>();
+                ReduceSum<float>(s, A, B, n);
+                SyncFlag<HardEvent::V_S>();
+                partial_ += s.GetValue(0);
+            }
+            zQue_.EnQue(z);
+            if (none) lossQue_.EnQue(l);
+            pQue_.FreeTensor(x);
+            yQue_.FreeTensor(y);
+            if (weightTile) wQue_.FreeTensor(w);
+            if (v_.posWeight != kFormNone) pwQue_.FreeTensor(pw);
+        }
+    }
+
+    /** The fused sum / mean: this core's sum of the loss to its float slot (the host adds the slots in order). */
+    __aicore__ inline void WritePartial() {
+        LocalTensor<float> s = sum_.template Get<float>();
+        s.SetValue(0, partial_);
+        SyncFlag<HardEvent::S_MTE3>();
+        DataCopyExtParams copy{1, static_cast<uint32_t>(sizeof(float)), 0, 0, 0};
+        DataCopyPad(partialGm_, s, copy);
     }
 
     /**
@@ -461,11 +639,13 @@ private:
 
     TPipe* pipe_ = nullptr;
     TQue<TPosition::VECIN, 1> pQue_, yQue_, gQue_, wQue_, pwQue_;
-    TQue<TPosition::VECOUT, 1> zQue_;
-    TBuf<TPosition::VECCALC> tmpA_, tmpB_, tmpC_, wide_, stage_;
-    GlobalTensor<T> gradGm_, logitsGm_, labelsGm_, weightGm_, wRowGm_, pwGm_, rowGm_, zGm_;
+    TQue<TPosition::VECOUT, 1> zQue_, lossQue_;
+    TBuf<TPosition::VECCALC> tmpA_, tmpB_, tmpC_, tmpX_, tmpY_, tmpD_, tmpW_, wide_, stage_, sum_;
+    GlobalTensor<T> gradGm_, logitsGm_, labelsGm_, weightGm_, wRowGm_, pwGm_, rowGm_, zGm_, lossGm_;
+    GlobalTensor<float> partialGm_;
     Variant v_;
     float scale_ = 1.0f;
+    float partial_ = 0.0f;  // the fused sum / mean: this core's sum of the loss so far
     T wValue_{};  // a scalar weight
     int64_t start_ = 0;
     int64_t count_ = 0;
@@ -479,24 +659,24 @@ private:
 /** Instantiate the class for the key's BUFFER_NUM (a template parameter) and run it. */
 template <typename T>
 __aicore__ inline void Run(GM_ADDR grad, GM_ADDR logits, GM_ADDR labels, GM_ADDR weight, GM_ADDR posWeight, GM_ADDR z,
-                           GM_ADDR workspace, const BceGradTilingData& t) {
+                           GM_ADDR loss, GM_ADDR workspace, const BceGradTilingData& t) {
     const Variant v = DecodeKey(t.tilingKey);
     TPipe pipe;
     if (v.bufferNum == 1) {
         KernelBceGrad<T, 1> op;
-        op.Init(grad, logits, labels, weight, posWeight, z, workspace, t, v, &pipe);
+        op.Init(grad, logits, labels, weight, posWeight, z, loss, workspace, t, v, &pipe);
         op.Process();
     } else if (v.bufferNum == 2) {
         KernelBceGrad<T, 2> op;
-        op.Init(grad, logits, labels, weight, posWeight, z, workspace, t, v, &pipe);
+        op.Init(grad, logits, labels, weight, posWeight, z, loss, workspace, t, v, &pipe);
         op.Process();
     } else if (v.bufferNum == 3) {
         KernelBceGrad<T, 3> op;
-        op.Init(grad, logits, labels, weight, posWeight, z, workspace, t, v, &pipe);
+        op.Init(grad, logits, labels, weight, posWeight, z, loss, workspace, t, v, &pipe);
         op.Process();
     } else if (v.bufferNum == 4) {
         KernelBceGrad<T, 4> op;
-        op.Init(grad, logits, labels, weight, posWeight, z, workspace, t, v, &pipe);
+        op.Init(grad, logits, labels, weight, posWeight, z, loss, workspace, t, v, &pipe);
         op.Process();
     }
 }

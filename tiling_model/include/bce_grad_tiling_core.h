@@ -23,6 +23,9 @@ enum class Reduction : int64_t { None = 0, Sum = 1, Mean = 2 };
 enum class Form : int64_t { None = 0, Full = 1, LastDim = 2, Rows = 3, Scalar = 4 };
 using PosWeight = Form;  // pos_weight takes None, Full and LastDim
 enum class Wrt : int64_t { Logit = 0, Probability = 1 };
+/** The kernel mode: BinaryCrossEntropyGrad (the requirement's kernel), or the fused loss and gradient of
+ *  BCEWithLogits (bce_with_logits_fused: reads x and y once, writes dx and the loss or per-core sums). */
+enum class Mode : int64_t { Grad = 0, Fused = 1 };
 enum class Scheme { Seed, Exact };
 enum class Status { Ok, BadParam, Unsupported };
 
@@ -65,6 +68,7 @@ struct Variant {
     Form weight = Form::Full;
     PosWeight posWeight = PosWeight::None;
     Wrt wrt = Wrt::Logit;
+    Mode mode = Mode::Grad;
     int64_t classes = 0;       // C of a last-dim pos_weight
     int64_t weightPeriod = 0;  // P of a last-dim weight, R of a rows weight
 };
@@ -114,6 +118,7 @@ struct BufferPlan {
     int64_t rowBytes;
     int64_t tempBuffers;     // TBufs the temporaries are split into (each rounded up to 32 B)
     uint32_t inputMask = 0;  // InputBits of the full inputs (MakePlan's kernels; 0 for a generic one)
+    int64_t sumBytes = 0;    // the fused mode's per-tile loss sum (ReduceSum's destination), 0 without one
 
     int64_t Streams() const { return fullInputs + outputs; }
     /** One queue buffer of a tile (a stream has bufferNum of them). */
@@ -129,7 +134,10 @@ struct BufferPlan {
     /** The last-dim rows' staging TBuf, 0 without one. */
     int64_t RowBuffer() const { return RoundUp(rowBytes, 32); }
 
-    int64_t FixedUb(int64_t bufferNum) const { return bufferNum * ScalarQueueBuffer() + RowBuffer(); }
+    /** The fused sum/mean's ReduceSum destination TBuf, 0 without one. */
+    int64_t SumBuffer() const { return RoundUp(sumBytes, 32); }
+
+    int64_t FixedUb(int64_t bufferNum) const { return bufferNum * ScalarQueueBuffer() + RowBuffer() + SumBuffer(); }
     int64_t UbBytes(int64_t tileBytes, int64_t bufferNum) const {
         return Streams() * bufferNum * QueueBytes(tileBytes) + TempCount() * TempBytes(tileBytes) + FixedUb(bufferNum);
     }
@@ -145,6 +153,35 @@ struct BufferPlan {
     }
 };
 
+/**
+ * The fused mode's plan (bce_grad.h FusedCompute): x, y and the weights as the grad mode reads them, no grad;
+ * dx out, and the loss out for reduction none (sum / mean reduce each tile's loss into a 32-B TBuf). Float
+ * compute temporaries: B always; A (the loss) unless float32 none writes it in its output tile; half types
+ * also X, Y, D (dx) and the casts of pos_weight and a full or last-dim weight; a rows weight's expansion.
+ */
+inline Status MakeFusedPlan(const Variant& v, int64_t elem, int64_t row, BufferPlan* plan, const char** err) {
+    if (!IsFloat(v.dtype)) {
+        *err = "the fused loss needs a float dtype";
+        return Status::Unsupported;
+    }
+    if (v.wrt != Wrt::Logit) {
+        *err = "the fused loss is BCEWithLogits: its gradient is with respect to the logit";
+        return Status::Unsupported;
+    }
+    const bool none = v.reduction == Reduction::None;
+    const bool widen = elem == 2;
+    const bool weightStream = v.weight == Form::Full || v.weight == Form::LastDim;
+    const uint32_t mask = kLogits | kLabels | (WeightTile(v.weight) ? kWeight : 0u) |
+                          (v.posWeight != PosWeight::None ? kPosWeight : 0u);
+    int64_t inputs = 0;
+    for (uint32_t m = mask; m; m &= m - 1) ++inputs;
+    int64_t temps = 1 + (widen || !none ? 1 : 0);  // B; A
+    if (widen) temps += 3 + (v.posWeight != PosWeight::None ? 1 : 0) + (weightStream ? 1 : 0);  // X, Y, D; casts
+    temps += v.weight == Form::Rows ? 1 : 0;
+    *plan = {inputs, none ? 2 : 1, elem, temps * 4, 0, row, temps, mask, none ? 0 : 32};
+    return Status::Ok;
+}
+
 inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const char** err) {
     int64_t elem = DtypeBytes(v.dtype);
     if (!IsFloat(v.dtype) && v.reduction != Reduction::None) {
@@ -152,8 +189,9 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
         return Status::Unsupported;
     }
     if (scheme == Scheme::Seed) {
-        if (v.weight != Form::Full || v.posWeight != PosWeight::None || v.wrt != Wrt::Logit) {
-            *err = "the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit";
+        if (v.weight != Form::Full || v.posWeight != PosWeight::None || v.wrt != Wrt::Logit || v.mode != Mode::Grad) {
+            *err = "the seed scheme is the requirement's kernel: weight always read, no pos_weight, wrt=logit, "
+                   "mode grad";
             return Status::Unsupported;
         }
         bool none = v.reduction == Reduction::None;
@@ -175,6 +213,9 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
         *err = "pos_weight is read full or along the last dim";
         return Status::Unsupported;
     }
+    bool lastDim = v.posWeight == PosWeight::LastDim || v.weight == Form::LastDim;
+    int64_t row = lastDim ? kLastDimStageElems * elem : 0;  // one staging buffer for both rows
+    if (v.mode == Mode::Fused) return MakeFusedPlan(v, elem, row, plan, err);
     const uint32_t mask = (v.reduction == Reduction::None ? kGrad : 0u) | kLogits | kLabels |
                           (WeightTile(v.weight) ? kWeight : 0u) | (v.posWeight != PosWeight::None ? kPosWeight : 0u);
     int64_t inputs = 0;
@@ -186,8 +227,6 @@ inline Status MakePlan(const Variant& v, Scheme scheme, BufferPlan* plan, const 
         temps += 1;  // C = max(p*(1-p), 1e-12)
     }
     temps += v.weight == Form::Rows ? 1 : 0;  // the row values expanded
-    bool lastDim = v.posWeight == PosWeight::LastDim || v.weight == Form::LastDim;
-    int64_t row = lastDim ? kLastDimStageElems * elem : 0;  // one staging buffer for both rows
     *plan = {inputs, 1, elem, temps * work, 0, row, temps, mask};
     return Status::Ok;
 }
@@ -318,7 +357,8 @@ inline int64_t WorkspaceBytes(const Variant& v, const TilingResult& r) {
 inline int64_t TilingKey(const Variant& v, int64_t bufferNum) {
     int64_t schMode = v.reduction == Reduction::None ? 0 : 1;
     return schMode + 10 * static_cast<int64_t>(v.dtype) + 100 * static_cast<int64_t>(v.weight) + 1000 * bufferNum +
-           10000 * static_cast<int64_t>(v.posWeight) + 100000 * static_cast<int64_t>(v.wrt);
+           10000 * static_cast<int64_t>(v.posWeight) + 100000 * static_cast<int64_t>(v.wrt) +
+           1000000 * static_cast<int64_t>(v.mode);
 }
 
 inline int64_t ScaleBits(Reduction r, int64_t n) {
