@@ -292,7 +292,7 @@ def _fused_kernel(
     names += ["abs", "muls", "exp", "adds", "adds", "sub", "div", "ln", "sub", "muls", "maxs", "add"]  # softplus(-x)
     names += ["muls", "exp", "adds", "duplicate", "div"]  # sigmoid(x)
     names += ["adds", "mul", "adds", "mul", "mul", "sub", "mul"] if v.pos_weight != "none" else ["sub"]
-    names += ["mul", "sub", "add"]  # + (1 - y) * x
+    names += ["muls", "adds", "mul", "add"]  # + (1 - y) * x
     if v.has_weight:
         names += ["muls", "muls"] if v.weight == "scalar" else ["mul", "mul"]
     names += ["muls"] if v.reduction == "mean" else []

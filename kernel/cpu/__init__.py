@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -168,18 +169,18 @@ class _Stats(ctypes.Structure):
     _fields_ = [("ub_peak", ctypes.c_uint64), ("ub_peak_min", ctypes.c_uint64)]
 
 
-_RUN_ARGTYPES = [
-            ctypes.POINTER(_Tensor),
-            ctypes.c_int,
-            ctypes.c_int64,
-            ctypes.c_int64,
-            ctypes.c_int,
-            ctypes.POINTER(ctypes.c_int64),
-            ctypes.c_int64,
-            ctypes.POINTER(_Stats),
-            ctypes.POINTER(ctypes.c_uint64),
-            ctypes.c_char_p,
-            ctypes.c_uint64,
+_RUN_ARGTYPES: list[Any] = [
+    ctypes.POINTER(_Tensor),
+    ctypes.c_int,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int,
+    ctypes.POINTER(ctypes.c_int64),
+    ctypes.c_int64,
+    ctypes.POINTER(_Stats),
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.c_char_p,
+    ctypes.c_uint64,
 ]
 
 

@@ -551,8 +551,9 @@ private:
             } else {
                 Sub(D, D, Y, n);
             }
-            Mul(B, Y, X, n);  // (1 - y) * x = x - y * x
-            Sub(B, X, B, n);
+            Muls(B, Y, minusOne, n);  // + (1 - y) * x: 1 - y first (exact near y = 1, where x - y * x cancels)
+            Adds(B, B, one, n);
+            Mul(B, B, X, n);
             Add(A, A, B, n);
             if (weightTile) {
                 Mul(D, D, W, n);

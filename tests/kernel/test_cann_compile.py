@@ -28,6 +28,8 @@ TOOLCHAIN = Path(os.environ.get("BCETUNE_CANN_TOOLCHAIN") or ROOT.parent / "shar
 SCRIPT = TOOLCHAIN / "compile-check.sh"
 HOST_PLATFORM_STUB = TOOLCHAIN / "stubs" / "host_platform"
 KERNEL = ROOT / "kernel" / "op_kernel" / "bce_grad.cpp"
+#: Both kernel entries: the requirement's BinaryCrossEntropyGrad and its fused BCEWithLogits sibling (float only)
+ENTRIES = ("bce_grad.cpp", "bce_with_logits_fused.cpp")
 OP_HOST = ROOT / "kernel" / "op_host"
 ENGINE_INCLUDE = ROOT / "tiling_model" / "include"  # the tiling struct, host tiling and engine: build.sh copies them
 #: the ops-nn op_host layout: the OpDef, the TilingFunc and the shape inference in their own files
@@ -64,9 +66,10 @@ def op_flags(dtype: str) -> tuple[str, ...]:
     return ("-DBCE_GRAD_CUSTOM_OP=1", f"-DDTYPE_LOGITS={DTYPE_CTYPES[dtype]}")
 
 
+@pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("arch", ["a2", "310b"])
-def test_kernel_compiles_in_the_kernel_launch_flow(arch: str) -> None:
-    proc = compile_check("kernel", KERNEL, arch, "launch")
+def test_kernel_compiles_in_the_kernel_launch_flow(arch: str, entry: str) -> None:
+    proc = compile_check("kernel", KERNEL.parent / entry, arch, "launch")
     assert proc.returncode == 0, "\n".join(errors(proc)) or proc.stderr[-3000:]
 
 
@@ -74,6 +77,14 @@ def test_kernel_compiles_in_the_kernel_launch_flow(arch: str) -> None:
 @pytest.mark.parametrize("dtype", list(DTYPE_CTYPES))
 def test_kernel_compiles_in_the_custom_op_flow_for_every_fixed_dtype(arch: str, dtype: str) -> None:
     proc = compile_check("kernel", KERNEL, arch, "op", *op_flags(dtype))
+    assert proc.returncode == 0, "\n".join(errors(proc)) or proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("arch", ["a2", "310b"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_fused_entry_compiles_in_the_custom_op_flow_for_every_float_dtype(arch: str, dtype: str) -> None:
+    """Its Exp, Ln, Abs and ReduceSum are the real headers' (the twin's stand-ins cannot vouch for them)."""
+    proc = compile_check("kernel", KERNEL.parent / "bce_with_logits_fused.cpp", arch, "op", *op_flags(dtype))
     assert proc.returncode == 0, "\n".join(errors(proc)) or proc.stderr[-3000:]
 
 

@@ -11,6 +11,7 @@ must fault wherever it leaves the tensors).
 from __future__ import annotations
 
 import ctypes
+import zlib
 from pathlib import Path
 
 import ml_dtypes
@@ -420,3 +421,134 @@ def test_bfloat16_arrays_travel_through_ml_dtypes() -> None:
     g = np.ones(3, dtype=ml_dtypes.bfloat16)
     z = cpu.bce_grad(g, p, y)
     assert z.dtype == ml_dtypes.bfloat16 and z.astype(np.float32).tolist() == [0.25, -0.5, -0.25]
+
+
+# ---------------------------------------------------------------- the fused mode (bce_with_logits_fused.cpp)
+
+#: Per dtype: what one output rounding and float32 compute allow, relative to the size of the terms.
+FUSED_RTOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
+#: Logits at the edges: exp(-x) overflows below -88.7, softplus(-x) underflows past 17 (log1p's correction).
+EXTREME_LOGITS = (-100.0, -89.0, -88.0, -30.0, -17.0, -1e-3, 0.0, 1e-3, 17.0, 30.0, 88.0, 100.0)
+
+
+def fused_inputs(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, weight: str,
+                 pos_weight: str) -> dict[str, np.ndarray | None]:  # fmt: skip
+    """Logits spread wide with the edges first, hard and soft targets, weights of the form's smallest shape."""
+    d, n = cpu.DTYPES[dtype], int(np.prod(shape))
+    x = rng.normal(0.0, 6.0, n)
+    x[: len(EXTREME_LOGITS)] = EXTREME_LOGITS[:n]
+    y = np.where(rng.random(n) < 0.5, rng.integers(0, 2, n), rng.random(n))
+    w_shape = operand_shape(weight, shape, shape[-1] if weight in ("last_dim", "rows") else 0)  # type: ignore[arg-type]
+    if weight == "rows":
+        w_shape = (*shape[:-1], 1)
+    return {
+        "logits": x.reshape(shape).astype(d),
+        "labels": y.reshape(shape).astype(d),
+        "weight": None if w_shape is None else rng.uniform(0.25, 4.0, w_shape).astype(d),
+        "pos_weight": None
+        if pos_weight == "none"
+        else rng.uniform(0.1, 5.0, shape if pos_weight == "full" else shape[-1:]).astype(d),
+    }
+
+
+def fused_reference(a: dict[str, np.ndarray | None], reduction: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(loss, dx, size of the loss's terms) by autograd in float64 from the inputs as the dtype holds them."""
+    t = lambda v: None if v is None else torch.from_numpy(np.asarray(v).astype(np.float64))  # noqa: E731
+    x = t(a["logits"]).requires_grad_()
+    loss = F.binary_cross_entropy_with_logits(x, t(a["labels"]), weight=t(a["weight"]), pos_weight=t(a["pos_weight"]),
+                                              reduction=reduction)  # fmt: skip
+    loss.sum().backward()
+    xs, ys = x.detach().numpy(), a["labels"].astype(np.float64)
+    w = 1.0 if a["weight"] is None else a["weight"].astype(np.float64)
+    pw = 1.0 if a["pos_weight"] is None else a["pos_weight"].astype(np.float64)
+    softplus = np.logaddexp(0.0, -xs)
+    size = np.broadcast_to(w, xs.shape) * (np.abs(1 - ys) * np.abs(xs) + np.abs(1 + (pw - 1) * ys) * softplus)
+    return loss.detach().numpy(), x.grad.numpy(), size
+
+
+@pytest.mark.parametrize("pos_weight", ["none", "full", "last_dim"])
+@pytest.mark.parametrize("weight", ["none", "full", "last_dim", "rows", "scalar"])
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_the_fused_mode_is_pytorchs_float64_loss_and_gradient(dtype: str, reduction: str, weight: str,
+                                                             pos_weight: str) -> None:  # fmt: skip
+    """Every float dtype, weight form, pos_weight form and reduction, over many cores and tiles with tails:
+    the loss and dx within the dtype's rounding of autograd's float64 (relative to the terms' size), the plan
+    the model budgets is what the kernel allocates, every input read once and every output written once."""
+    shape = (61, 67)
+    rng = np.random.default_rng(zlib.crc32(f"{dtype}/{reduction}/{weight}/{pos_weight}".encode()))
+    a = fused_inputs(rng, shape, dtype, weight, pos_weight)
+    w = broadcast_of("weight", None if a["weight"] is None else a["weight"].shape, shape)
+    variant = Variant(dtype, reduction, w.form, pos_weight, "logit", "fused")
+    params = TilingParams(block_bytes=256, tile_bytes=512, core_num=6)
+    tiling = compute_tiling(list(shape), variant, params, "Ascend910B2", "exact", w.period)
+    assert tiling.block_dim > 1 and tiling.fields.tileDataNum * 2 < tiling.fields.bigCoreDataNum  # cores, tiles
+    none = reduction == "none"
+    dx = np.zeros(shape, cpu.DTYPES[dtype])
+    loss = np.zeros(shape if none else (tiling.block_dim,), cpu.DTYPES[dtype] if none else np.float32)
+    result = cpu.run_fused_tiling(tiling, a, dx, loss)
+    assert result.ub_peak == result.ub_peak_min == tiling.kernel.ub_bytes(512, tiling.params.buffer_num)
+    nbytes = dx.nbytes
+    assert result.bytes_read["logits"] == result.bytes_read["labels"] == nbytes
+    assert result.bytes_read["weight"] == weight_bytes_read(tiling, nbytes)
+    assert result.bytes_read["pos_weight"] == pos_weight_bytes_read(tiling, pos_weight, nbytes)
+    assert result.bytes_written["dx"] == nbytes
+    assert result.bytes_written["loss"] == (nbytes if none else tiling.block_dim * 4)
+    assert not result.bytes_read["dx"] and not result.bytes_read["loss"]
+    ref_loss, ref_dx, size = fused_reference(a, reduction)
+    rtol = FUSED_RTOL[dtype]
+    floor = float(np.finfo(cpu.DTYPES[dtype]).smallest_normal)  # below it the dtype's spacing is absolute
+    scale = 1 / dx.size if reduction == "mean" else 1.0
+    w_full = np.broadcast_to(1.0 if a["weight"] is None else a["weight"].astype(np.float64), shape)
+    pw_full = np.broadcast_to(1.0 if a["pos_weight"] is None else a["pos_weight"].astype(np.float64), shape)
+    dx_size = w_full * (1 + pw_full) * scale  # |coef * s| + |pw * y| bound
+    bad = np.flatnonzero(np.abs(dx.astype(np.float64) - ref_dx) > rtol * dx_size + floor)
+    assert bad.size == 0, (
+        f"dx: {bad.size} off, first {bad[0]}: {dx.reshape(-1)[bad[0]]!r} vs {ref_dx.reshape(-1)[bad[0]]!r}"
+    )
+    if none:
+        bad = np.flatnonzero(np.abs(loss.astype(np.float64) - ref_loss) > rtol * size + floor)
+        assert bad.size == 0, (
+            f"loss: {bad.size} off, first {bad[0]}: {loss.reshape(-1)[bad[0]]!r} vs {ref_loss.reshape(-1)[bad[0]]!r}"
+        )
+    else:
+        got = float(np.sum(loss.astype(np.float64))) * (scale if reduction == "mean" else 1.0)
+        assert abs(got - float(ref_loss)) <= rtol * float(size.sum()) * scale, (got, float(ref_loss))
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_the_fused_float32_loss_with_class_weights_is_within_1e_5_of_pytorchs_float64(reduction: str) -> None:
+    """Issue 39's check: weight [C] and pos_weight [C], float32: the loss and dx within 1e-5 relative of
+    PyTorch's float64 (as a whole: the largest error against the largest value), at the default tiling."""
+    shape = (96, 1031)
+    a = fused_inputs(np.random.default_rng(39), shape, "float32", "last_dim", "last_dim")
+    loss, dx = cpu.bce_with_logits_fused(a["logits"], a["labels"], a["weight"], a["pos_weight"], reduction=reduction)
+    ref_loss, ref_dx, _ = fused_reference(a, reduction)
+    assert np.max(np.abs(dx - ref_dx)) <= 1e-5 * np.max(np.abs(ref_dx))
+    assert np.max(np.abs(loss - ref_loss)) <= 1e-5 * np.max(np.abs(ref_loss))
+
+
+def test_the_fused_sum_is_the_same_run_to_run_and_close_across_core_counts() -> None:
+    """Each core sums its tiles in order and the host adds the cores' sums in order: a run repeats bit for bit;
+    another split of the work rounds differently, within float32's rounding of the sum."""
+    shape = (257, 1031)
+    a = fused_inputs(np.random.default_rng(7), shape, "float32", "full", "last_dim")
+    args = (a["logits"], a["labels"], a["weight"], a["pos_weight"])
+    first = [cpu.bce_with_logits_fused(*args, reduction="sum")[0] for _ in range(3)]
+    assert all(f.tobytes() == first[0].tobytes() for f in first)
+    other = cpu.bce_with_logits_fused(*args, reduction="sum", params=TilingParams(core_num=7, tile_bytes=4096))[0]
+    assert abs(float(other) - float(first[0])) <= 1e-5 * abs(float(first[0]))
+
+
+def test_the_fused_mode_refuses_what_it_does_not_compute() -> None:
+    from tiling_model.dtypes import UnsupportedError
+
+    for bad in (dict(dtype="int32"), dict(dtype="float32", wrt="probability")):
+        with pytest.raises(UnsupportedError, match="mode='fused'"):
+            Variant(bad.pop("dtype"), "none", "full", "none", mode="fused", **bad)  # type: ignore[arg-type]
+    x = np.zeros((4, 8), np.float32)
+    tiling = compute_tiling([4, 8], Variant("float32", "none"), None, "Ascend910B2")
+    with pytest.raises(ValueError, match="run_fused_tiling"):
+        cpu.run_tiling(compute_tiling([4, 8], Variant("float32", "none", mode="fused")), {}, x)
+    with pytest.raises(ValueError, match="fused-mode tiling"):
+        cpu.run_fused_tiling(tiling, {}, x, x)
