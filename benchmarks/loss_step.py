@@ -10,7 +10,7 @@ for ``none`` ``loss.sum().backward()``) and a scaled one:
   without a fused loss), ``bcetune before`` (this repository before issue 39, ``$BCETUNE_CPU_LOSS=twin`` and the
   NPU today: PyTorch's forward, a sigmoid saved for backward, the bce_grad kernel), ``bcetune fused`` (one call:
   reads x, y and the weights as given, writes the gradient, and the loss for ``none``; on the CPU today, and the
-  kernel mode's design on an NPU). Counted from rules, from the sources named: ``PyTorch, one kernel each way``
+  kernel's fused mode on an NPU). Counted from rules, from the sources named: ``PyTorch, one kernel each way``
   (the issue's reference: a forward reading x, y; a backward reading x, y, grad_output, writing dx),
   ``torch_npu`` (op-plugin calls aclnnBinaryCrossEntropyWithLogits / ...Backward; ops-nn's op_api builds an
   all-ones pos_weight in forward and all-ones weight and pos_weight in backward where absent, runs the forward
@@ -19,8 +19,9 @@ for ``none`` ``loss.sum().backward()``) and a scaled one:
   with ``saved_tensors_hooks``).
 - **predicted device time** (``--soc``, Ascend910B2): the cost model's engine. ``before``: the bce_grad kernel
   at the tiling the operator resolves, plus PyTorch's forward (as torch_npu runs it) and the sigmoid modelled
-  as generic elementwise kernels at their best tilings; ``fused``: the fused mode's instruction list as a
-  generic elementwise kernel (the kernel mode is not built yet: a model of its design, said so).
+  as generic elementwise kernels at their best tilings; ``fused``: the kernel's fused mode
+  (``bce_with_logits_fused``: its UB plan and instruction list, as the twin runs it) at the model's best tiling
+  (no table tunes it yet), plus a multiply when grad_output is not 1. A model: no NPU has run either.
 - **CPU wall time** of the step against PyTorch's own (sizes up to ``--cpu-max``, medians of interleaved runs).
 
 Run: ``make bench-loss`` (``python benchmarks/loss_step.py``). Prints what it measured; asserts nothing.
@@ -48,9 +49,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kernel import torch_op
 from kernel.torch_op import losses
 from kernel.torch_op.tilings import resolved, tables_dir
-from tiling_model import load_soc, predict_detail
+from tiling_model import Variant, load_soc, predict_detail
 from tiling_model.kernels import elementwise_kernel
-from tiling_model.pick import _best_params
+from tiling_model.pick import _best_params, model_best
 from tiling_model.tiling import tile_kernel
 
 aten = torch.ops.aten
@@ -260,8 +261,6 @@ SIGMOID = ["muls", "exp", "adds", "rec"]
 #: torch_npu's forward kernel (SigmoidCrossEntropyWithLogitsV2 at reduction none): a stable softplus and the
 #: weighted sum; then a reduce over its output for sum / mean
 BCE_FORWARD = ["abs", "muls", "exp", "adds", "ln", "mins", "sub", "adds", "mul", "adds", "mul", "mul", "sub", "add"]
-#: the fused mode: the forward's softplus, the sigmoid from the same exp, both sides of the gradient
-FUSED = BCE_FORWARD + ["rec", "mul", "compare", "select", "mul", "sub", "mul", "sub", "muls"]
 
 
 def _generic_us(soc_name: str, dtype: str, n: int, inputs: int, outputs: int, ops: list[str]) -> float:
@@ -275,9 +274,12 @@ def _generic_us(soc_name: str, dtype: str, n: int, inputs: int, outputs: int, op
 def predicted_us(case: Case, path: str, soc: str) -> float:
     n = case.shape[0] * C
     w_full = FORMS[case.form][0] == "full"
-    if path == "fused":
-        outs = 2 if case.reduction == "none" else 1
-        us = _generic_us(soc, case.dtype, n, 2 + int(w_full), outs, FUSED)
+    if path == "fused":  # the kernel's fused mode at the model's best tiling (no table holds it yet)
+        w_shape, pw_shape = FORMS[case.form]
+        weight = "none" if w_shape is None else ("full" if w_shape == "full" else "last_dim")
+        variant = Variant(case.dtype, case.reduction, weight, "none" if pw_shape is None else "last_dim",  # type: ignore[arg-type]
+                          "logit", "fused")  # fmt: skip
+        us = predict_detail(model_best(n, variant, load_soc(soc), C, C if weight == "last_dim" else 0)).predicted_us
         if case.scaled:
             us += _generic_us(soc, case.dtype, n, 1 + int(case.reduction == "none"), 1, ["mul"])
         return us

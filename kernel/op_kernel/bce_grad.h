@@ -16,7 +16,9 @@
  *   loss = w * ((1 - y) * x + coef * sp),     dx = w * (coef * sigmoid(x) - pw * y) * scale
  *
  * (pw = 1 without pos_weight; scale 1/N for mean). log1p(e) is ln(u) - ((u - 1) - e) / u with u = 1 + e
- * (the rounding of 1 + e taken back: exact to a few ulps where e is below float's epsilon). Absent inputs are not read. half and bfloat16 compute in float32 (no bf16
+ * (the rounding of 1 + e taken back: exact to a few ulps where e is below float's epsilon).
+ *
+ * Absent inputs are not read. half and bfloat16 compute in float32 (no bf16
  * arithmetic on A2); float32 and the int types compute in place in their input tiles. Tiles
  * whose byte length is not a 32-byte multiple move with DataCopyPad, so no core touches GM
  * outside its range.
@@ -540,7 +542,7 @@ private:
             Adds(D, D, one, n);
             Duplicate(B, one, n);
             Div(D, B, D, n);
-            if (v_.posWeight != kFormNone) {  // coef = 1 + (pw - 1) * y; dx = coef * s - pw * y; loss += (coef - 1) * sp
+            if (v_.posWeight != kFormNone) {  // coef = 1 + (pw - 1) * y; dx = coef * s - pw * y; A = coef * sp
                 Adds(B, PW, minusOne, n);
                 Mul(B, B, Y, n);
                 Adds(B, B, one, n);
