@@ -34,6 +34,9 @@ TUNED_HEADER_NAME = "bce_grad_tuned_table.h"
 PARAM_NAMES = KNOB_NAMES
 #: The variant's fields as a table file spells them, flat, before the entry's own fields.
 VARIANT_FIELDS = ("dtype", "reduction", "weight", "pos_weight", "wrt")
+#: The kernel mode, spelled only where it is not the default (``grad``): tables of the requirement's kernel
+#: read and write as before.
+MODE_FIELD = "mode"
 ENTRY_FIELDS = ("size", "params", "tuned_us", "seed_default_us", "trials", "spread_us")
 
 
@@ -57,7 +60,9 @@ class TableEntry:
 
     def to_json(self) -> dict[str, Any]:
         """The flat object a table file holds: the variant's fields, then the entry's."""
-        doc: dict[str, Any] = dict(zip(VARIANT_FIELDS, astuple(self.variant), strict=True))
+        doc: dict[str, Any] = {name: getattr(self.variant, name) for name in VARIANT_FIELDS}
+        if self.variant.mode != "grad":
+            doc[MODE_FIELD] = self.variant.mode
         return doc | {name: getattr(self, name) for name in ENTRY_FIELDS}
 
 
@@ -142,7 +147,7 @@ def _require(cond: bool, where: str, problem: str) -> None:
 
 def _entry_from_json(raw: Any, where: str) -> TableEntry:
     _require(isinstance(raw, dict), where, "entry is not an object")
-    expected = set(VARIANT_FIELDS) | set(ENTRY_FIELDS)
+    expected = set(VARIANT_FIELDS) | set(ENTRY_FIELDS) | ({MODE_FIELD} & set(raw))
     _require(set(raw) == expected, where, f"entry keys {sorted(raw)} differ from {sorted(expected)}")
     _require(
         raw["weight"] in WEIGHT_FORMS and not isinstance(raw["weight"], bool),
@@ -150,7 +155,8 @@ def _entry_from_json(raw: Any, where: str) -> TableEntry:
         f"weight is not one of {', '.join(WEIGHT_FORMS)}",
     )
     try:
-        variant = Variant(*(raw[k] for k in VARIANT_FIELDS))
+        variant = Variant(raw["dtype"], raw["reduction"], raw["weight"], raw["pos_weight"], raw["wrt"],
+                          raw.get(MODE_FIELD, "grad"))  # fmt: skip
     except BadRequest as e:
         raise TableError(f"{where}: {e}") from None
     _require(isinstance(raw["size"], int) and raw["size"] >= 1, where, "size is not a positive integer")

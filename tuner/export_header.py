@@ -11,7 +11,7 @@ marked ``seeded`` (always re-fitted with their own kernel, as the service does).
 
 from __future__ import annotations
 
-from dataclasses import astuple, replace
+from dataclasses import replace
 from pathlib import Path
 
 from tiling_model import engine
@@ -19,7 +19,7 @@ from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile
 from tiling_model.space import BLOCK_CHOICES
-from tiling_model.tables import TUNED_HEADER_NAME, TuningTable, load_table
+from tiling_model.tables import TUNED_HEADER_NAME, VARIANT_FIELDS, TuningTable, load_table
 from tiling_model.variant import BROADCAST_FORMS, TUNED_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Variant
 
 HEADER_PATH = Path(__file__).resolve().parent.parent / "kernel" / "op_host" / TUNED_HEADER_NAME
@@ -128,7 +128,7 @@ def _range_row(
 ) -> str:
     return (
         f"    {{{si}, {', '.join(map(str, key))}, {first}, {count}, {kernel}, {seeded}}},"
-        f"  // {soc} {'/'.join(str(x) for x in astuple(v))}"
+        f"  // {soc} {'/'.join(str(getattr(v, name)) for name in VARIANT_FIELDS)}"
     )
 
 
@@ -169,6 +169,8 @@ def render(tables: list[TuningTable]) -> str:
     for si, t in enumerate(tables):
         groups: dict[tuple[int, ...], list[tuple[Variant, int, int | None, dict[str, int]]]] = {}
         for e, limit in t.bucket_limits():
+            if e.variant.mode != "grad":  # the CANN TilingFunc is BinaryCrossEntropyGrad's: its entries only
+                continue
             groups.setdefault(_variant_key(e.variant), []).append((e.variant, e.size, limit, e.params))
         soc_ranges: list[tuple[tuple[int, ...], str]] = []
         for key in sorted(groups):

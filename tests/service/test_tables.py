@@ -37,6 +37,7 @@ def test_lookup_uses_geometric_bucket_bounds() -> None:
     assert t.lookup(Variant("float32", "none", False), 100) is None
     assert t.lookup(Variant("float32", "none", True, "full"), 100) is None
     assert t.lookup(Variant("float32", "none", True, "none", "probability"), 100) is None
+    assert t.lookup(Variant("float32", "none", True, "none", "logit", "fused"), 100) is None  # another kernel mode
 
 
 @given(st.lists(st.integers(1, 10**9), min_size=1, max_size=12, unique=True), st.integers(1, 10**10))
@@ -49,10 +50,14 @@ def test_lookup_returns_the_log_nearest_size(sizes: list[int], n: int) -> None:
 
 
 def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
-    t = table(entry(16), entry(1024, "float16", "mean", False))
+    fused = replace(entry(4096, "float16", "mean"), variant=Variant("float16", "mean", True, "none", "logit", "fused"))
+    t = table(entry(16), entry(1024, "float16", "mean", False), fused)
     path = tmp_path / "sub" / "Ascend910B2.json"
     write_table(t, path)
     assert load_table(path).to_json() == t.to_json()
+    modes = [e.get("mode") for e in json.loads(path.read_text())["entries"]]
+    assert sorted(modes, key=str) == [None, None, "fused"]  # spelled only where it is not the default
+    assert load_table(path).lookup(fused.variant, 4096) == fused
     assert [p.name for p in path.parent.iterdir()] == ["Ascend910B2.json"]
 
 
@@ -74,6 +79,8 @@ def test_round_trip_and_atomic_write(tmp_path: Path) -> None:
         (lambda d: d["entries"][0]["params"].pop("core_num"), "entries[0]: params must have exactly"),
         (lambda d: d["entries"][0]["params"].update(tile_bytes=-5), "params.tile_bytes is not a positive integer"),
         (lambda d: d["entries"][0].update(extra=1), "entries[0]: entry keys"),
+        (lambda d: d["entries"][0].update(mode="loss"), "entries[0]: unknown kernel mode 'loss'"),
+        (lambda d: d["entries"][0].update(mode="fused", dtype="int32"), "entries[0]: mode='fused'"),
         (lambda d: d["entries"].append(dict(d["entries"][0])), "duplicate entries"),
     ],
 )
@@ -106,7 +113,8 @@ def test_json_schema_accepts_what_the_loader_accepts_and_rejects_what_it_rejects
     schema = json.loads((resources.files("tiling_model") / "table.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
-    good = table(entry(16), entry(1024, "float16", "mean", False)).to_json()
+    fused = replace(entry(64), variant=Variant("float32", "none", True, "none", "logit", "fused"))
+    good = table(entry(16), entry(1024, "float16", "mean", False), fused).to_json()
     assert list(validator.iter_errors(good)) == []
     table_from_json(good)
     mutations = [
@@ -118,6 +126,7 @@ def test_json_schema_accepts_what_the_loader_accepts_and_rejects_what_it_rejects
         lambda d: d["entries"][0]["params"].update(tile_bytes=0),
         lambda d: d["entries"][0].pop("spread_us"),
         lambda d: d["entries"][0].update(extra=1),
+        lambda d: d["entries"][0].update(mode="loss"),
     ]
     for mutate in mutations:
         doc = copy.deepcopy(good)
