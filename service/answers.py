@@ -79,7 +79,7 @@ class Query(Request):
         """The query as a flat tuple of numbers and strings: the answer cache's key. The garbage collector
         stops tracking such a tuple, so tens of thousands of cached answers add nothing to its passes."""
         v = self.variant
-        return (self.soc, self.shape, v.dtype, v.reduction, v.weight, v.pos_weight, v.wrt, self.given,
+        return (self.soc, self.shape, v.dtype, v.reduction, v.weight, v.pos_weight, v.wrt, v.mode, self.given,
                 self.weight_period)  # fmt: skip
 
 
@@ -102,6 +102,7 @@ def _response(
         "workspace_bytes": t.workspace_bytes,
         "weight": t.variant.weight,
         "weight_period": t.fields.weightPeriod,
+        "mode": t.variant.mode,
         "predicted_us": round(predicted, 4),
         "predicted_interval_us": interval(t, soc, predicted),
         "roofline_us": round(roofline, 4),

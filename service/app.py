@@ -71,14 +71,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """The explorer's first picture off the request path, in the background: the scheduler's worker
         processes start and load matplotlib, its fonts and renderers (the cost model needs no warm-up:
         its engine is compiled when the package is installed). A thread, not a daemon: shutdown sets
-        ``stopping`` and waits for it."""
+        ``stopping``, stops the scheduler (which ends a warm-up still under way) and waits for it."""
         try:
             for _ in range(settings.heavy_workers):
                 if stopping.is_set():
                     return
                 scheduler.pool().submit(warm_worker, settings.default_soc).result()
         except Exception:  # noqa: BLE001 - /tiling/plot then pays it, or says what is missing
-            log.exception("warming up the explorer's pictures failed")
+            if not stopping.is_set():  # a stop ends the warm-up's worker: not a failure
+                log.exception("warming up the explorer's pictures failed")
 
     async def watch() -> None:
         """Poll the tables directory; nothing it meets ends it (a failed check is logged, tried next time)."""
@@ -122,8 +123,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         stopping.set()
         if watcher:
             watcher.cancel()
-        await asyncio.to_thread(warmer.join)
+        # the scheduler first: a warm-up still loading matplotlib under load (seen: > 10 s) ends with its worker
         await asyncio.to_thread(scheduler.shutdown)
+        await asyncio.to_thread(warmer.join)
         metrics.unwatch_gc()
 
     # /docs and /redoc from the package's own copies of Swagger UI and ReDoc (fastapi-offline): FastAPI's

@@ -112,6 +112,8 @@ class Scheduler:
 
     # the pool ------------------------------------------------------------------------------------
     def pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        if self._stopped:  # a pool made after the stop would outlive it (the warm-up thread asks late)
+            raise RuntimeError("the scheduler is stopped")
         if self._pool is None:  # spawn: no fork of a process that runs threads and an event loop
             ctx = multiprocessing.get_context("spawn")
             self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, ctx, initializer=_worker_init)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchem
 
 from tiling_model import Dtype, PosWeightForm, Reduction, SocProfile, Variant, Wrt, known_socs, load_soc
 from tiling_model.dtypes import DTYPE_BYTES, INT_DTYPES, UnsupportedError
-from tiling_model.variant import Broadcast, BroadcastForm, pos_weight_of, weight_spec
+from tiling_model.variant import Broadcast, BroadcastForm, Mode, pos_weight_of, weight_spec
 
 if TYPE_CHECKING:
     from service.store import LoadedTable
@@ -51,6 +51,14 @@ class TilingRequest(BaseModel):
                 {"shape": [64, 1000], "dtype": "float32", "pos_weight": "last_dim", "params": {"buffer_num": 1}},
                 {"shape": [4096, 1000], "dtype": "float16", "weight": [1000]},
                 {"shape": [4096, 1000], "dtype": "float16", "weight": [4096, 1]},
+                {
+                    "shape": [96, 1031],
+                    "dtype": "float32",
+                    "reduction": "mean",
+                    "weight": [1031],
+                    "pos_weight": [1031],
+                    "mode": "fused",
+                },
             ]
         },
     )
@@ -69,6 +77,12 @@ class TilingRequest(BaseModel):
         "none", description="absent, same shape, or [C] along the last dim: a form, or the shape"
     )
     wrt: Wrt = Field("logit", description="gradient w.r.t. the raw logit or the probability p")
+    mode: Mode = Field(
+        "grad",
+        description="the kernel: grad, BinaryCrossEntropyGrad (the requirement's, reads grad, p, y); fused, "
+        "BCEWithLogits' loss and gradient in one pass (bce_with_logits_fused: reads x, y, writes dx and the loss "
+        "or per-core sums; float dtypes, wrt logit)",
+    )
     params: ParamsIn | None = Field(None, description="knobs to fix; the others are tuned")
 
     @field_validator("shape")
@@ -135,13 +149,22 @@ class TilingRequest(BaseModel):
             raise ValueError(f"wrt='probability' needs a float dtype, not {info.data['dtype']} (A2 has no integer Div)")
         return wrt
 
+    @field_validator("mode")
+    @classmethod
+    def _fused_rules(cls, mode: str, info: ValidationInfo) -> str:
+        if mode == "fused" and info.data.get("dtype") in INT_DTYPES:
+            raise ValueError(f"mode='fused' needs a float dtype, not {info.data['dtype']}")
+        if mode == "fused" and info.data.get("wrt", "logit") != "logit":
+            raise ValueError("mode='fused' is BCEWithLogits: its gradient is with respect to the logit (wrt='logit')")
+        return mode
+
     def weight_broadcast(self) -> Broadcast:
         return _weight_of(self.weight, self.shape)
 
     def variant(self) -> Variant:
         """The call's variant (every rule it checks is checked above, naming the field)."""
         pw = _pos_weight_of(self.pos_weight, self.shape) if isinstance(self.pos_weight, list) else self.pos_weight
-        return Variant(self.dtype, self.reduction, self.weight_broadcast().form, pw, self.wrt)  # type: ignore[arg-type]
+        return Variant(self.dtype, self.reduction, self.weight_broadcast().form, pw, self.wrt, self.mode)  # type: ignore[arg-type]
 
 
 def _weight_of(weight: bool | str | list[int], shape: list[int]) -> Broadcast:
@@ -261,6 +284,7 @@ class TilingResponse(BaseModel):
                     "workspace_bytes": 0,
                     "weight": "full",
                     "weight_period": 0,
+                    "mode": "grad",
                     "predicted_us": 9.17,
                     "predicted_interval_us": [8.1, 11.2],
                     "roofline_us": 8.4,
@@ -291,6 +315,7 @@ class TilingResponse(BaseModel):
     workspace_bytes: int = Field(description="GM workspace the kernel needs beyond the framework's (last-dim rows)")
     weight: BroadcastForm = Field(description="the weight's form the tiling is for")
     weight_period: int = Field(description="its period: P of last_dim, R of rows (elements per value); else 0")
+    mode: Mode = Field(description="the kernel the tiling is for: grad (BinaryCrossEntropyGrad) or fused")
     predicted_us: float
     predicted_interval_us: tuple[float, float] | None = Field(
         description="where the kernel time is expected (10th to 90th percentile of held-out measured / predicted in "

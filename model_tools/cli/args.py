@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeAlias
 
 from tiling_model.model_types import L2_STATES, L2State
-from tiling_model.variant import POS_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Broadcast, weight_spec
+from tiling_model.variant import MODES, POS_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Broadcast, weight_spec
 
 
 class Parser(argparse.ArgumentParser):
@@ -86,6 +86,10 @@ def variant_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--pos-weight", default="none", choices=POS_WEIGHT_FORMS, help="pos_weight form")
     p.add_argument("--wrt", default="logit", choices=WRT_FORMS, help="gradient w.r.t. the logit or p")
+    p.add_argument(
+        "--mode", default="grad", choices=MODES,
+        help="the kernel: grad (BinaryCrossEntropyGrad) or fused (BCEWithLogits' loss and gradient in one pass)",
+    )  # fmt: skip
 
 
 def knob_flags(p: argparse.ArgumentParser) -> None:

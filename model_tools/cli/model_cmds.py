@@ -140,7 +140,7 @@ def _kernel_from_args(a: argparse.Namespace) -> ElementwiseKernel:
 
 
 def _variant(a: argparse.Namespace) -> Variant:
-    return Variant(a.dtype, a.reduction, weight_of(a).form, a.pos_weight, a.wrt)
+    return Variant(a.dtype, a.reduction, weight_of(a).form, a.pos_weight, a.wrt, a.mode)
 
 
 def _predict(a: argparse.Namespace) -> int:

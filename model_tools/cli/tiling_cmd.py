@@ -121,7 +121,7 @@ def run_tiling_command(args: argparse.Namespace) -> int:
     soc = None
     try:
         w = weight_of(args)
-        variant = Variant(args.dtype, args.reduction, w.form, args.pos_weight, args.wrt)
+        variant = Variant(args.dtype, args.reduction, w.form, args.pos_weight, args.wrt, args.mode)
         if args.knobs == "tuned" and args.scheme == "exact":  # POST /tiling's answer
             resolver = Resolver(load_tables(args.tables or shipped_tables_dir()))
             given = tuple((k, v) for k, v in params.as_dict().items() if v is not None)

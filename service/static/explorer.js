@@ -3,7 +3,7 @@
 // framework, nothing fetched from outside.
 "use strict";
 
-const FIELDS = ["soc", "shape", "dtype", "reduction", "weight", "pos_weight", "wrt"];
+const FIELDS = ["soc", "shape", "dtype", "reduction", "weight", "pos_weight", "wrt", "mode"];
 const KNOBS = ["block_bytes", "buffer_num", "tile_bytes", "core_num"];
 const PICTURES = ["core_map", "ub", "timeline", "landscape"];
 const $ = (id) => document.getElementById(id);
@@ -53,6 +53,7 @@ function body() {
     weight: weightOf($("weight").value),
     pos_weight: $("pos_weight").value,
     wrt: $("wrt").value,
+    mode: $("mode").value,
   };
   const params = {};
   for (const k of KNOBS) if ($(k).value.trim() !== "") params[k] = number($(k).value);

@@ -175,6 +175,19 @@ def test_operator_variants_get_valid_tilings(server: Server, variant: dict) -> N
         assert doc["tiling"]["posWeightClasses"] == 1000
 
 
+def test_the_fused_kernel_mode_is_answered_for_its_own_kernel_and_grad_stays_the_default(server: Server) -> None:
+    """mode='fused' names the BCEWithLogits loss-and-gradient kernel: its tiling (no table tunes it yet: the
+    model's pick) with the mode digit in the key, the fused kernel's UB plan, its own answer beside grad's."""
+    body = {"shape": [96, 1031], "dtype": "float32", "reduction": "mean", "weight": [1031], "pos_weight": [1031]}
+    grad, fused = post(server, body).json(), post(server, {**body, "mode": "fused"}).json()
+    assert grad["mode"] == "grad" and grad["tiling_key"] // 10**6 % 10 == 0
+    assert fused["mode"] == "fused" and fused["tiling_key"] // 10**6 % 10 == 1 and fused["source"] == "model"
+    v = Variant("float32", "mean", "last_dim", "last_dim", "logit", "fused")
+    t = compute_tiling([96, 1031], v, TilingParams(**fused["params"]), "Ascend910B2", weight_period=1031)
+    assert validate(t) == [] and base64.b64decode(fused["tiling_b64"]) == t.to_bytes()
+    assert t.kernel.outputs == ("dx",) and t.kernel.ub_bytes(t.params.tile_bytes, t.params.buffer_num) <= 188160
+
+
 def test_given_knobs_are_kept_and_the_rest_completed(server: Server) -> None:
     doc = post(
         server,
@@ -253,6 +266,9 @@ def test_metrics_count_requests_sources_and_latency(server: Server) -> None:
         ({"shape": [], "dtype": "float32", "pos_weight": "last_dim"}, "pos_weight", "at least one dim"),
         ({"shape": [2**31 - 1] * 2, "dtype": "float32"}, "shape", "beyond the kernel's int64 GM offsets"),
         ({"shape": [4], "dtype": "int16", "wrt": "probability"}, "wrt", "needs a float dtype"),
+        ({"shape": [4], "dtype": "int16", "mode": "fused"}, "mode", "mode='fused' needs a float dtype"),
+        ({"shape": [4], "dtype": "float16", "wrt": "probability", "mode": "fused"}, "mode", "wrt='logit'"),
+        ({"shape": [4], "dtype": "float16", "mode": "loss"}, "mode", "'grad' or 'fused'"),
         ({"shape": [], "dtype": "int32", "wrt": "probability"}, "wrt", "needs a float dtype"),
         ({"shape": [4], "dtype": "float32", "pos_weight": "row"}, "pos_weight", "'last_dim'"),
         ({"shape": [3, 4], "dtype": "float32", "weight": [5]}, "weight", "shape [5] does not broadcast to"),
