@@ -3,10 +3,11 @@
  *
  * - ``launch``: one launch with a tiling computed in Python and already on the device (the tuner's
  *   timing loop, kernel/npu.py);
- * - the ``PrivateUse1`` kernel of ``bcetune::bce_grad`` (the operator kernel/torch_op.py defines),
- *   registered with the dispatcher when this library loads. Its tilings live in a bounded LRU of
- *   device buffers keyed by everything a tiling depends on (device, dtypes, shapes, reduction, wrt):
- *   a hit launches with no host-to-device copy; a miss asks the Python resolver set by
+ * - the ``PrivateUse1`` kernels of ``bcetune::bce_grad`` and ``bcetune::bce_with_logits_fused`` (the
+ *   operators kernel/torch_op defines; the second launches the kernel's fused mode, bce_with_logits_fused),
+ *   registered with the dispatcher when this library loads. Their tilings live in a bounded LRU of
+ *   device buffers keyed by everything a tiling depends on (device, kernel mode, dtypes, shapes, reduction,
+ *   wrt): a hit launches with no host-to-device copy; a miss asks the Python resolver set by
  *   ``set_resolver`` (the tables the service answers from) and uploads the struct once.
  *
  * Built by kernel/build.sh (CANN + torch_npu). NOT RUN on bcetune's CI (no NPU): compiled there against
@@ -18,11 +19,15 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "aclrtlaunch_bce_grad.h"
+#include "aclrtlaunch_bce_with_logits_fused.h"
 #include "tiling_cache.h"
 #include "torch_npu/csrc/core/npu/NPUStream.h"
 
@@ -117,7 +122,7 @@ py::object ShapeOf(const c10::optional<at::Tensor>& t) {
 
 /** Ask the Python resolver for the tiling of this call and put it on the device (a cache miss). */
 DeviceTiling Resolve(const std::vector<c10::optional<at::Tensor>>& operands, const std::string& reduction,
-                     const std::string& wrt, const at::Device& device) {
+                     const std::string& wrt, const std::string& mode, const at::Device& device) {
     py::gil_scoped_acquire gil;
     TORCH_CHECK(!Resolver().is_none(), "bcetune::bce_grad on the NPU needs kernel.torch_op loaded (its resolver)");
     py::list shapes, dtypes;
@@ -127,7 +132,7 @@ DeviceTiling Resolve(const std::vector<c10::optional<at::Tensor>>& operands, con
     }
     py::tuple answer;
     try {
-        answer = Resolver()(device.index(), shapes, dtypes, reduction, wrt);
+        answer = Resolver()(device.index(), shapes, dtypes, reduction, wrt, mode);
     } catch (py::error_already_set& e) {
         TORCH_CHECK_VALUE(false, e.what());  // the resolver's message (a bad shape or dtype) as a ValueError
     }
@@ -139,6 +144,23 @@ DeviceTiling Resolve(const std::vector<c10::optional<at::Tensor>>& operands, con
     std::memcpy(host.data_ptr(), raw.data(), raw.size());
     out.bytes = host.to(device);  // the one host-to-device copy of this tiling
     return out;
+}
+
+/** The device tiling of a call: from the LRU, or resolved (validating the call) and uploaded once. */
+std::optional<DeviceTiling> Cached(const std::vector<c10::optional<at::Tensor>>& operands, const std::string& red,
+                                   const std::string& wrt, const std::string& mode, const at::Device& device) {
+    std::string key = std::to_string(device.index()) + '|' + mode + '|' + red + '|' + wrt + '|';
+    for (const auto& t : operands) {
+        key += DtypeName(t);
+        key += ':';
+        AppendShape(key, t);
+    }
+    std::optional<DeviceTiling> tiling = Tilings().Get(key);
+    if (!tiling.has_value()) {
+        tiling = Resolve(operands, red, wrt, mode, device);  // validates the call (ValueError naming what is wrong)
+        Tilings().Put(key, *tiling);
+    }
+    return tiling;
 }
 
 at::Tensor BceGradNpu(const at::Tensor& grad, const at::Tensor& p, const at::Tensor& y,
@@ -154,17 +176,7 @@ at::Tensor BceGradNpu(const at::Tensor& grad, const at::Tensor& p, const at::Ten
     }
     std::string red(reduction.data(), reduction.size());
     std::string w(wrt.data(), wrt.size());
-    std::string key = std::to_string(p.device().index()) + '|' + red + '|' + w + '|';
-    for (const auto& t : operands) {
-        key += DtypeName(t);
-        key += ':';
-        AppendShape(key, t);
-    }
-    std::optional<DeviceTiling> tiling = Tilings().Get(key);
-    if (!tiling.has_value()) {
-        tiling = Resolve(operands, red, w, p.device());  // validates the call (ValueError naming what is wrong)
-        Tilings().Put(key, *tiling);
-    }
+    std::optional<DeviceTiling> tiling = Cached(operands, red, w, "grad", p.device());
     at::Tensor z = at::empty(p.sizes(), p.options().memory_format(at::MemoryFormat::Contiguous));
     if (tiling->blockDim == 0) {
         return z;  // an empty tensor: nothing to launch
@@ -184,9 +196,62 @@ at::Tensor BceGradNpu(const at::Tensor& grad, const at::Tensor& p, const at::Ten
     return z;
 }
 
+/**
+ * bcetune::bce_with_logits_fused on the NPU: one launch of the kernel's fused mode reads x, y and the weights
+ * once and writes dx (the gradient at grad_output 1, 1/N in it for mean) and the loss: for none in the input's
+ * shape; for sum and mean one float per core, added here on the device in core order (a run repeats) and
+ * divided by N for mean.
+ */
+std::tuple<at::Tensor, at::Tensor> FusedNpu(const at::Tensor& input, const at::Tensor& target,
+                                            const c10::optional<at::Tensor>& weight,
+                                            const c10::optional<at::Tensor>& posWeight, c10::string_view reduction) {
+    const std::vector<c10::optional<at::Tensor>> operands{c10::nullopt, input, target, weight, posWeight};
+    const char* names[] = {"grad", "input", "target", "weight", "pos_weight"};
+    for (std::size_t i = 1; i < operands.size(); ++i) {
+        if (operands[i].has_value()) {
+            TORCH_CHECK_VALUE(operands[i]->device() == input.device(), names[i], " is on ", operands[i]->device(),
+                              " but input is on ", input.device());
+        }
+    }
+    std::string red(reduction.data(), reduction.size());
+    std::optional<DeviceTiling> tiling = Cached(operands, red, "logit", "fused", input.device());
+    const at::TensorOptions like = input.options().memory_format(at::MemoryFormat::Contiguous);
+    at::Tensor dx = at::empty(input.sizes(), like);
+    const bool none = red == "none";
+    at::Tensor loss = none ? at::empty(input.sizes(), like)
+                           : at::zeros({std::max<int64_t>(tiling->blockDim, 1)}, input.options().dtype(at::kFloat));
+    if (tiling->blockDim > 0) {
+        at::Tensor xc = input.contiguous(), yc = target.contiguous();
+        c10::optional<at::Tensor> wc =
+            weight.has_value() ? c10::optional<at::Tensor>(weight->contiguous()) : c10::nullopt;
+        c10::optional<at::Tensor> pwc =
+            posWeight.has_value() ? c10::optional<at::Tensor>(posWeight->contiguous()) : c10::nullopt;
+        at::Tensor ws;
+        if (tiling->workspaceBytes > 0) {
+            ws = at::empty({tiling->workspaceBytes}, input.options().dtype(at::kByte));
+        }
+        aclrtStream stream = c10_npu::getCurrentNPUStream().stream(true);
+        uint32_t rc = ACLRT_LAUNCH_KERNEL(bce_with_logits_fused)(
+            static_cast<uint32_t>(tiling->blockDim), stream, xc.data_ptr(), yc.data_ptr(), Ptr(wc), Ptr(pwc),
+            dx.data_ptr(), loss.data_ptr(), ws.defined() ? ws.data_ptr() : nullptr, tiling->bytes.data_ptr());
+        TORCH_CHECK(rc == 0, "aclrtlaunch_bce_with_logits_fused failed with ", rc);
+    }
+    if (none) {
+        return {loss, dx};
+    }
+    at::Tensor total = loss.sum();  // the cores' sums in order
+    if (red == "mean") {
+        total = total / static_cast<double>(input.numel());  // nan for an empty input, as PyTorch's mean
+    }
+    return {total.to(input.scalar_type()), dx};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(bcetune, PrivateUse1, m) { m.impl("bce_grad", &BceGradNpu); }
+TORCH_LIBRARY_IMPL(bcetune, PrivateUse1, m) {
+    m.impl("bce_grad", &BceGradNpu);
+    m.impl("bce_with_logits_fused", &FusedNpu);
+}
 
 PYBIND11_MODULE(bce_grad_npu, m) {
     m.def("launch", &Launch, "Launch bce_grad on the current NPU stream", py::arg("block_dim"), py::arg("grad"),
@@ -194,7 +259,8 @@ PYBIND11_MODULE(bce_grad_npu, m) {
           py::arg("workspace"), py::arg("tiling"));
     m.def(
         "set_resolver", [](py::object fn) { Resolver() = std::move(fn); },
-        "The callable (device, shapes, dtypes, reduction, wrt) -> (bytes, block_dim, workspace_bytes) a miss asks");
+        "The callable (device, shapes, dtypes, reduction, wrt, mode) -> (bytes, block_dim, workspace_bytes) a miss "
+        "asks");
     m.def(
         "set_capacity", [](std::size_t n) { Tilings().SetCapacity(n); }, "How many device tilings are kept");
     m.def(

@@ -12,8 +12,9 @@ mean (else 1), in a form that neither overflows nor loses the small side:
 
 Implementations: CPU, ATen calls in the input's dtype as PyTorch's own CPU loss makes them (``softplus`` and
 ``sigmoid`` of the logits, then in-place arithmetic; ``make bench-loss`` times it against PyTorch's forward
-plus backward); fake, for ``torch.compile``. The Ascend C kernel has no fused mode yet: on an NPU the losses
-run PyTorch's forward and the bce_grad kernel's backward (``kernel.torch_op.losses``).
+plus backward); fake, for ``torch.compile``; ``PrivateUse1`` (an Ascend NPU): the launch extension's, one launch of
+the Ascend C kernel's fused mode (``kernel/op_kernel/bce_with_logits_fused.cpp``; NOT RUN here: no NPU), whose
+numerics the CPU twin runs (``kernel.cpu.bce_with_logits_fused``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,13 @@ What runs, by device and ``$BCETUNE_CPU_LOSS``:
   ``binary_cross_entropy`` is PyTorch's own: the kernel's backward in the CPU twin is slower than PyTorch's.
 - **CPU, ``twin``**: the NPU's numerics for checking: PyTorch's forward, the backward ``bcetune::bce_grad``
   (the Ascend C kernel source in the CPU twin; wrt the logit on the sigmoid saved in forward).
-- **NPU**: as ``twin``, the kernel on the device (the kernel has no fused mode yet).
+- **NPU**: ``binary_cross_entropy_with_logits`` is one launch of the kernel's fused mode
+  (``bce_with_logits_fused``: x and y read once, dx and the loss written) keeping only dx; its backward
+  multiplies dx by grad_output out of place (one pass over dx) unless ``$BCETUNE_NPU_GRAD_ONE=sync``, which
+  reads a 0-dim grad_output on the host (a device synchronisation per step) and returns dx itself when it is
+  exactly 1. Neither has run on an NPU here: which costs less depends on the step (a synchronisation stalls
+  the host's run-ahead; the multiply moves 8 bytes per float32 element). ``binary_cross_entropy``: PyTorch's
+  forward and the bce_grad kernel's backward.
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ CPU_LOSSES = ("fast", "twin")
 #: and the memory it saves is under 256 KB. Measured (``make bench-loss``, 2 cores): 1.4-1.9x PyTorch's step
 #: at 4-16 Ki elements, 1.2-1.4x at 64-256 Ki, 0.8-1.2x at 1 Mi, 0.6-0.8x from 4 Mi.
 FUSED_MIN_ELEMENTS = 1 << 16
+#: How the NPU backward decides "grad_output is exactly 1": ``multiply`` (never asks: one pass over dx) or
+#: ``sync`` (reads a 0-dim grad_output on the host: a device synchronisation per step).
+NPU_GRAD_ONE_ENV = "BCETUNE_NPU_GRAD_ONE"
+NPU_GRAD_ONE = ("multiply", "sync")
+NPU_DEVICES = ("npu", "privateuseone")
 
 
 def cpu_loss() -> str:
@@ -66,15 +77,28 @@ def kernel_on_cpu() -> Iterator[None]:
 
 def _scaled(grad: Tensor, grad_output: Tensor) -> Tensor:
     """The saved gradient times grad_output: the saved tensor itself when grad_output is exactly 1 (the
-    common ``loss.backward()``), decided on the host for CPU tensors; otherwise a product (out of place: a
-    graph kept with retain_graph=True must find the saved gradient unchanged)."""
-    if grad_output.device.type == "cpu" and not torch.compiler.is_compiling():
+    common ``loss.backward()``: a 0-dim 1, or a sum's 1 expanded), decided on the host for CPU tensors (and
+    NPU ones with ``$BCETUNE_NPU_GRAD_ONE=sync``); otherwise a product (out of place: a graph kept with
+    retain_graph=True must find the saved gradient unchanged)."""
+    if torch.compiler.is_compiling():
+        return grad * grad_output
+    host = grad_output.device.type == "cpu"
+    if not host and grad_output.device.type in NPU_DEVICES and _npu_grad_one() == "sync":
+        host = True  # the caller chose a synchronisation per step over a pass over dx
+    if host:
         if grad_output.dim() == 0:
             if grad_output.item() == 1.0:
                 return grad
         elif not any(grad_output.stride()) and grad_output.reshape(-1)[0].item() == 1.0:  # a sum's 1, expanded
             return grad
     return grad * grad_output
+
+
+def _npu_grad_one() -> str:
+    chosen = os.environ.get(NPU_GRAD_ONE_ENV) or "multiply"
+    if chosen not in NPU_GRAD_ONE:
+        raise ValueError(f"${NPU_GRAD_ONE_ENV}={chosen!r}: expected one of {', '.join(NPU_GRAD_ONE)}")
+    return chosen
 
 
 class _FusedWithLogits(torch.autograd.Function):
@@ -192,7 +216,8 @@ def binary_cross_entropy_with_logits(
     pos_weight: Tensor | None = None,
 ) -> Tensor:
     """``torch.nn.functional.binary_cross_entropy_with_logits``: on the CPU one fused call keeping only the
-    gradient (``$BCETUNE_CPU_LOSS=twin``: the kernel's backward in the twin); on an NPU the kernel's backward."""
+    gradient (``$BCETUNE_CPU_LOSS=twin``: the kernel's backward in the twin); on an NPU one launch of the
+    kernel's fused mode keeping only the gradient."""
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)
     if input.device.type == "cpu" and cpu_loss() == "fast":
@@ -207,6 +232,8 @@ def binary_cross_entropy_with_logits(
         why = None
     else:
         why = why_not_kernel(input, target, weight, pos_weight, "logit") or ""
+        if not why and input.device.type in NPU_DEVICES and _fusable_shapes(input, weight, pos_weight, target):
+            return _FusedWithLogits.apply(input, target, weight, pos_weight, reduction)  # the kernel's fused mode
         if not why:
             return _WithLogits.apply(input, target, weight, pos_weight, reduction)
     loss = F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)

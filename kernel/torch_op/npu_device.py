@@ -36,10 +36,13 @@ def npu_soc(device: int) -> str:
     return soc
 
 
-def _npu_tiling(device: int, shapes: list[Any], dtypes: list[str], reduction: str, wrt: str) -> tuple[bytes, int, int]:
-    """The extension's callback on a device-buffer miss: (struct bytes, block_dim, workspace bytes)."""
+def _npu_tiling(
+    device: int, shapes: list[Any], dtypes: list[str], reduction: str, wrt: str, mode: str = "grad"
+) -> tuple[bytes, int, int]:
+    """The extension's callback on a device-buffer miss: (struct bytes, block_dim, workspace bytes); ``mode``
+    fused for ``bce_with_logits_fused`` (no grad operand)."""
     key = tuple(None if s is None else tuple(int(d) for d in s) for s in shapes)
-    op = resolved(npu_soc(device), tables_dir(), key, tuple(dtypes), reduction, wrt)
+    op = resolved(npu_soc(device), tables_dir(), key, tuple(dtypes), reduction, wrt, mode)
     return op.tiling.to_bytes(), op.tiling.block_dim, op.tiling.workspace_bytes
 
 

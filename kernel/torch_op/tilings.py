@@ -71,10 +71,12 @@ def _resolver(tables: str) -> Resolver:
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
-def resolved(soc: str, tables: str, shapes: Shapes, dtypes: tuple[str, ...], reduction: str, wrt: str) -> OpTiling:
-    """The tiling for one kind of call (checked by ``call_variant``), resolved once and kept: the key is
-    everything the tiling depends on."""
-    variant, period = call_variant(shapes, dtypes, reduction, wrt)
+def resolved(
+    soc: str, tables: str, shapes: Shapes, dtypes: tuple[str, ...], reduction: str, wrt: str, mode: str = "grad"
+) -> OpTiling:
+    """The tiling for one kind of call (checked by ``call_variant``; ``mode`` fused: the loss-and-gradient
+    kernel), resolved once and kept: the key is everything the tiling depends on."""
+    variant, period = call_variant(shapes, dtypes, reduction, wrt, mode)
     r = _resolver(tables).resolve(Request(soc, shapes[1], variant, weight_period=period))
     return OpTiling(soc, r.source, r.tiling, r.provenance, twin.PreparedTiling.of(r.tiling))
 

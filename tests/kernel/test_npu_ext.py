@@ -46,17 +46,17 @@ endfunction()
 """
 
 
-def launch_header() -> str:
-    """aclrtlaunch_bce_grad.h as the kernel-launch build generates it from the kernel's signature."""
-    text = KERNEL_ENTRY.read_text()
-    m = re.search(r'extern "C" __global__ __aicore__ void bce_grad\(([^)]*)\)', text)
+def launch_header(entry: str = "bce_grad") -> str:
+    """aclrtlaunch_<entry>.h as the kernel-launch build generates it from the kernel entry's signature."""
+    text = (KERNEL_ENTRY.parent / f"{entry}.cpp").read_text()
+    m = re.search(r'extern "C" __global__ __aicore__ void ' + entry + r"\(([^)]*)\)", text)
     assert m, "kernel entry not found"
     params = [p.split()[-1] for p in m.group(1).replace("\n", " ").split(",")]
     assert all(p.strip().startswith("GM_ADDR") for p in m.group(1).split(",")), "only GM_ADDR parameters expected"
     args = ", ".join(f"void* {p}" for p in params)
     return (
         '#include "acl/acl_base.h"\n'
-        f'extern "C" uint32_t aclrtlaunch_bce_grad(uint32_t blockDim, aclrtStream stream, {args});\n'
+        f'extern "C" uint32_t aclrtlaunch_{entry}(uint32_t blockDim, aclrtStream stream, {args});\n'
         "#define ACLRT_LAUNCH_KERNEL(kernel_func) aclrtlaunch_##kernel_func\n"
     )
 
@@ -66,7 +66,8 @@ def test_extension_builds_with_cmake_against_real_torch_npu(tmp_path: Path) -> N
     cmake_dir = cann / "compiler" / "tikcpp" / "ascendc_kernel_cmake"
     (cmake_dir / "generated").mkdir(parents=True)
     (cmake_dir / "ascendc.cmake").write_text(FAKE_ASCENDC_CMAKE)
-    (cmake_dir / "generated" / "aclrtlaunch_bce_grad.h").write_text(launch_header())
+    for entry in ("bce_grad", "bce_with_logits_fused"):
+        (cmake_dir / "generated" / f"aclrtlaunch_{entry}.h").write_text(launch_header(entry))
     build = tmp_path / "build"
     python = Path(sysconfig.get_paths()["scripts"]) / "python"
     configure = subprocess.run(
@@ -90,7 +91,8 @@ def test_extension_builds_with_cmake_against_real_torch_npu(tmp_path: Path) -> N
     undefined = subprocess.run(
         ["nm", "-D", "--undefined-only", str(ext)], capture_output=True, text=True, check=True
     ).stdout
-    assert "aclrtlaunch_bce_grad" in undefined  # provided by the kernel library on a CANN host
+    for entry in ("aclrtlaunch_bce_grad", "aclrtlaunch_bce_with_logits_fused"):  # the kernel library's, on CANN
+        assert entry in undefined
     needed = subprocess.run(["readelf", "-d", str(ext)], capture_output=True, text=True, check=True).stdout
     assert "libtorch_npu.so" in needed
     # every torch_npu symbol the binding uses exists in the installed libtorch_npu (it links, by name)
@@ -116,7 +118,7 @@ def test_extension_builds_with_cmake_against_real_torch_npu(tmp_path: Path) -> N
         if line.strip()
         for name in [line.split()[-1]]
         if not any(f"@{r}" in name for r in runtime)
-        and not name.startswith(("Py", "_Py", "aclrtlaunch_bce_grad", "__gmon_start__", "_ITM_", "__cxa"))
+        and not name.startswith(("Py", "_Py", "aclrtlaunch_", "__gmon_start__", "_ITM_", "__cxa"))
         and name.split("@")[0] not in defined_names
     ]
     assert not missing, missing[:20]
