@@ -162,3 +162,35 @@ def wrong_elements(
     ref = reference(*args, reduction, wrt, n)
     size = terms(*args, reduction, wrt, n)
     return mismatches(z, ref, size, cancels=pos_weight is not None or wrt == "probability")
+
+
+#: The fused mode's tolerance, relative to the size of its terms: one output rounding of the dtype and float32
+#: compute (the golden suite holds the twin to it against autograd; the gate holds tuned tilings to it).
+FUSED_RTOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
+
+
+def fused_reference(
+    x: np.ndarray, y: np.ndarray, weight: np.ndarray | None, pos_weight: np.ndarray | None, scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """BCEWithLogits per element in float64 (weight and pos_weight broadcast to x): (loss, dx at grad_output 1
+    times ``scale``, the size of the loss's terms, the size of dx's), the closed form of autograd's."""
+    xs, ys = x.astype(np.float64), y.astype(np.float64)
+    w = np.broadcast_to(1.0 if weight is None else weight.astype(np.float64), xs.shape)
+    pw = np.broadcast_to(1.0 if pos_weight is None else pos_weight.astype(np.float64), xs.shape)
+    coef = 1 + (pw - 1) * ys
+    softplus = np.logaddexp(0.0, -xs)
+    sigmoid = 0.5 * (1 + np.tanh(xs / 2))
+    loss = w * ((1 - ys) * xs + coef * softplus)
+    dx = w * (coef * sigmoid - pw * ys) * scale
+    loss_size = np.abs(w) * (np.abs(1 - ys) * np.abs(xs) + np.abs(coef) * softplus)
+    dx_size = np.abs(w) * (np.abs(coef) * sigmoid + np.abs(pw * ys)) * abs(scale)
+    return loss, dx, loss_size, dx_size
+
+
+def wrong_fused_elements(got: np.ndarray, ref: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Indices where a fused output is off its float64 reference by more than the dtype allows (FUSED_RTOL of
+    the terms' size, and the dtype's spacing below its smallest normal)."""
+    name = "bfloat16" if got.dtype == ml_dtypes.bfloat16 else str(got.dtype)
+    floor = float(np.finfo(got.dtype).smallest_normal)
+    err = np.abs(got.reshape(-1).astype(np.float64) - ref.reshape(-1))
+    return np.flatnonzero(~(err <= FUSED_RTOL[name] * size.reshape(-1) + floor))

@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--pos-weights", type=csv_of(("none", "full", "last_dim")), default=["none"], help="none,full,last_dim"
     )
     s.add_argument("--wrts", type=csv_of(("logit", "probability")), default=["logit"], help="logit,probability")
+    s.add_argument(
+        "--modes", type=csv_of(("grad", "fused")), default=["grad"],
+        help="kernel modes: grad (BinaryCrossEntropyGrad), fused (BCEWithLogits' loss and gradient); grad,fused",
+    )  # fmt: skip
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
     s.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, help="completed trials per study")
     s.add_argument(
@@ -302,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = args.out or Path("tables") / f"{args.soc}.json"
-    keys = sweep_keys(args.soc, args.dtypes, args.reductions, args.weights, args.sizes, args.pos_weights, args.wrts)
+    keys = sweep_keys(
+        args.soc, args.dtypes, args.reductions, args.weights, args.sizes, args.pos_weights, args.wrts, args.modes
+    )
     try:
         storage = open_storage(args.storage)
         start = time.perf_counter()

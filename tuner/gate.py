@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kernel import cpu
-from kernel.reference import wrong_elements
+from kernel.reference import fused_reference, wrong_elements, wrong_fused_elements
 from tiling_model import KernelFault, TilingData, TilingParams, Variant, compute_tiling, core_plan
 
 FULL_RUN_LIMIT = 1 << 22
@@ -53,6 +53,8 @@ def check_tiling(soc: str, n: int, variant: Variant, params: TilingParams, seed:
     shape = [n // classes, classes] if variant.pos_weight == "last_dim" else [n]
     t = compute_tiling(shape, variant, params, soc)
     what = f"{variant.dtype}/{variant.reduction}/n={t.n} {params}"
+    if variant.mode == "fused":
+        return _check_fused(t, what, classes, np.random.default_rng(seed))
     ranges, windows = _cores_and_windows(t)
     arrays = _inputs(t, windows, classes, np.random.default_rng(seed))
     out = np.zeros(shape, dtype=cpu.DTYPES[variant.dtype])
@@ -69,6 +71,63 @@ def check_tiling(soc: str, n: int, variant: Variant, params: TilingParams, seed:
         bad = wrong_elements(z[lo : lo + count], *_window_inputs(t, arrays, lo, count, classes), t.n)
         if bad.size:
             raise GateFailure(f"{what}: {bad.size} wrong elements, first at {lo + int(bad[0])}")
+    return GateResult(len(ranges), sum(c for _, c in windows))
+
+
+def _check_fused(t: TilingData, what: str, classes: int, rng: np.random.Generator) -> GateResult:
+    """The fused mode's gate: dx (and the loss for none) in the windows within the dtype's rounding of the
+    float64 closed form; for sum and mean, each run core's float sum of the loss over its whole range where
+    the run is whole (up to FULL_RUN_LIMIT elements)."""
+    v, n = t.variant, t.n
+    ranges, windows = _cores_and_windows(t)
+    d = cpu.DTYPES[v.dtype]
+    x, y = np.zeros(n, dtype=d), np.zeros(n, dtype=d)
+    w = np.zeros(n, dtype=d) if v.weight == "full" else None
+    pw = np.zeros(n, dtype=d) if v.pos_weight == "full" else None
+    for lo, count in windows:
+        x[lo : lo + count] = rng.normal(0.0, 4.0, count).astype(d)
+        y[lo : lo + count] = rng.integers(0, 2, count).astype(d)
+        for a in (w, pw):
+            if a is not None:
+                a[lo : lo + count] = rng.uniform(0.25, 2.0, count).astype(d)
+    if v.pos_weight == "last_dim":
+        pw = rng.uniform(0.5, 3.0, classes).astype(d)
+    arrays: dict[str, np.ndarray | None] = {
+        "logits": x.reshape(t.shape), "labels": y.reshape(t.shape),
+        "weight": None if w is None else w.reshape(t.shape),
+        "pos_weight": None if pw is None else (pw.reshape(t.shape) if pw.size == n else pw),
+    }  # fmt: skip
+    none = v.reduction == "none"
+    dx = np.zeros(n, dtype=d)
+    loss = np.zeros(n, dtype=d) if none else np.zeros(max(t.block_dim, 1), dtype=np.float32)
+    try:
+        cpu.run_fused_tiling(t, arrays, dx.reshape(t.shape), loss.reshape(t.shape) if none else loss,
+                             cores=[i for i, _, _ in ranges])  # fmt: skip
+    except cpu.KernelFault as e:
+        raise GateFailure(f"{what}: twin fault: {e}") from None
+    scale = 1 / n if v.reduction == "mean" else 1.0
+
+    def window(lo: int, count: int) -> tuple[np.ndarray, ...]:
+        wpart = None if w is None else w[lo : lo + count]
+        if pw is None:
+            pwpart = None
+        else:
+            pwpart = pw[lo : lo + count] if pw.size == n else pw[np.arange(lo, lo + count) % classes]
+        return fused_reference(x[lo : lo + count], y[lo : lo + count], wpart, pwpart, scale)
+
+    for lo, count in windows:
+        ref_loss, ref_dx, loss_size, dx_size = window(lo, count)
+        bad = wrong_fused_elements(dx[lo : lo + count], ref_dx, dx_size)
+        if none and not bad.size:
+            bad = wrong_fused_elements(loss[lo : lo + count], ref_loss, loss_size)
+        if bad.size:
+            raise GateFailure(f"{what}: {bad.size} wrong elements, first at {lo + int(bad[0])}")
+    if not none and n <= FULL_RUN_LIMIT:
+        for index, lo, count in ranges:
+            ref_loss, _, loss_size, _ = window(lo, count)
+            got, want = float(loss[index]), float(ref_loss.sum())
+            if not abs(got - want) <= 1e-5 * float(loss_size.sum()) + 1e-30:
+                raise GateFailure(f"{what}: core {index}'s loss sum {got!r} is not {want!r}")
     return GateResult(len(ranges), sum(c for _, c in windows))
 
 

@@ -50,11 +50,12 @@ def key_attrs(key: StudyKey) -> dict[str, Any]:
     """What a study stores about its key, so any worker can rebuild its measurements."""
     v = key.variant
     return {"soc": key.soc, "size": key.size, "dtype": v.dtype, "reduction": v.reduction, "weight": v.weight,
-            "pos_weight": v.pos_weight, "wrt": v.wrt}  # fmt: skip
+            "pos_weight": v.pos_weight, "wrt": v.wrt, "mode": v.mode}  # fmt: skip
 
 
 def _key_of(attrs: dict[str, Any]) -> StudyKey:
-    v = Variant(attrs["dtype"], attrs["reduction"], attrs["weight"], attrs["pos_weight"], attrs["wrt"])
+    v = Variant(attrs["dtype"], attrs["reduction"], attrs["weight"], attrs["pos_weight"], attrs["wrt"],
+                attrs.get("mode", "grad"))  # studies made before the fused mode have none  # fmt: skip
     return StudyKey(attrs["soc"], v, int(attrs["size"]))
 
 

@@ -46,17 +46,19 @@ def sweep_keys(
     sizes: Iterable[int],
     pos_weights: Iterable[str] = ("none",),
     wrts: Iterable[str] = ("logit",),
+    modes: Iterable[str] = ("grad",),
 ) -> list[StudyKey]:
     """Every supported key; unsupported combinations (int sum/mean, pos_weight with wrt=probability,
-    int with wrt=probability) are skipped, not tuned."""
+    int with wrt=probability, the fused mode of an int or wrt=probability) are skipped, not tuned."""
     wanted_d, wanted_r = set(dtypes), set(reductions)
     combos = [(d, r) for d, r in valid_combinations() if d in wanted_d and r in wanted_r]
     variants = [(p, w) for w in wrts for p in pos_weights if p == "none" or w == "logit"]
     return [
-        StudyKey(soc, Variant(d, r, w, p, wrt), s)  # type: ignore[arg-type]
+        StudyKey(soc, Variant(d, r, w, p, wrt, mode), s)  # type: ignore[arg-type]
+        for mode in modes
         for d, r in combos
         for p, wrt in variants
-        if wrt == "logit" or d in FLOAT_DTYPES
+        if (wrt == "logit" or d in FLOAT_DTYPES) and (mode == "grad" or (wrt == "logit" and d in FLOAT_DTYPES))
         for w in weights
         for s in sorted(set(sizes))
     ]

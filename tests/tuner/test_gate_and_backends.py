@@ -78,6 +78,37 @@ def test_gate_rejects_wrong_output_and_faults(monkeypatch: pytest.MonkeyPatch, h
         check_tiling("Ascend910B2", n, Variant("float32"), TilingParams())
 
 
+@pytest.mark.parametrize(
+    ("n", "dtype", "reduction", "pos_weight"),
+    [
+        (1000, "float32", "none", "none"),
+        (4096, "float16", "mean", "last_dim"),
+        (1 << 20, "bfloat16", "sum", "full"),
+        (1 << 26, "float32", "mean", "last_dim"),
+    ],  # fmt: skip
+)
+def test_the_gate_checks_the_fused_mode_and_rejects_its_wrong_outputs(
+    monkeypatch: pytest.MonkeyPatch, n: int, dtype: str, reduction: str, pos_weight: str
+) -> None:
+    """A fused-mode entry is gated on dx, the loss (none) and each core's loss sum (sum / mean) against the
+    float64 closed form; one wrong dx element, or a core's sum off, fails it."""
+    v = Variant(dtype, reduction, True, pos_weight, "logit", "fused")
+    params = TilingParams(block_bytes=1024)
+    assert check_tiling("Ascend910B2", n, v, params).elements_checked >= min(n, 2 * gate.WINDOW)
+    real = cpu.run_fused_tiling
+
+    def corrupt(t, arrays, dx, loss, **kw):  # noqa: ANN001, ANN202
+        res = real(t, arrays, dx, loss, **kw)
+        target = dx if reduction == "none" or n > FULL_RUN_LIMIT else loss
+        flat = target.reshape(-1)
+        flat[3] = flat[3] * np.asarray(1.01, dtype=flat.dtype) + np.asarray(0.01, dtype=flat.dtype)
+        return res
+
+    monkeypatch.setattr(cpu, "run_fused_tiling", corrupt)
+    with pytest.raises(GateFailure, match="wrong elements|loss sum"):
+        check_tiling("Ascend910B2", n, v, params)
+
+
 def tampered_checkout(tmp_path: Path) -> None:
     """A checkout in tmp_path whose kernel computes p + y where it should compute p - y."""
     tampered = tmp_path / "kernel"

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,26 @@ def test_rerun_resumes_instead_of_repeating(storage) -> None:
     assert again == first
     more = tune(key, ModelBackend(), storage, trials=12)
     assert more.trials == 12
+
+
+def test_a_sweep_of_both_kernel_modes_tunes_the_fused_mode_apart(storage, tmp_path: Path) -> None:
+    """--modes grad,fused: the fused mode's keys are their own studies (grad keys keep the names and seeds the
+    shipped tables were swept with), its entries carry the mode, gated by the twin, served for fused calls only."""
+    keys = sweep_keys("Ascend910B2", ["int32", "float16"], ["none", "mean"], [True], [4096], ("none", "last_dim"),
+                      ("logit",), ("grad", "fused"))  # fmt: skip
+    fused = [k for k in keys if k.variant.mode == "fused"]
+    assert {(k.variant.dtype, k.variant.reduction, k.variant.pos_weight) for k in fused} == {
+        ("float16", r, p) for r in ("none", "mean") for p in ("none", "last_dim")
+    }  # no int fused keys
+    grad = next(k for k in keys if k.variant.mode == "grad" and k.variant.dtype == "float16")
+    twin = next(k for k in fused if k.variant == replace(grad.variant, mode="fused"))
+    assert grad.study_name("model").startswith("bce_grad/") and twin.study_name("model").startswith("bce_with_")
+    assert grad.seed() != twin.seed()
+    out = tmp_path / "Ascend910B2.json"
+    run_sweep([grad, twin], ModelBackend(), storage, 6, out, progress=False)
+    table = load_table(out)
+    assert {e.variant.mode for e in table.entries} == {"grad", "fused"}
+    assert table.lookup(twin.variant, 4096).variant.mode == "fused"
 
 
 def test_sweep_skips_unsupported_pairs_and_writes_a_loadable_table(storage, tmp_path: Path) -> None:
