@@ -246,7 +246,7 @@ class Provenance(BaseModel):
                 {
                     "schema_version": 4,
                     "soc_profile_hash": "7b574d89e4a06f79",
-                    "kernel_hash": "ba97759f2e9e0c07",
+                    "kernel_hash": "a98fadcd610907b4",
                     "backend": "model",
                     "created": "2026-11-30T11:26:35+00:00",
                     "device_fitted": False,
@@ -292,7 +292,7 @@ class TilingResponse(BaseModel):
                     "provenance": {
                         "schema_version": 4,
                         "soc_profile_hash": "7b574d89e4a06f79",
-                        "kernel_hash": "ba97759f2e9e0c07",
+                        "kernel_hash": "a98fadcd610907b4",
                         "backend": "model",
                         "created": "2026-11-30T11:20:00+00:00",
                         "device_fitted": False,
@@ -453,7 +453,7 @@ class TableInfo(BaseModel):
                     "entries": 242,
                     "invalid_entries": 0,
                     "soc_profile_hash": "7b574d89e4a06f79",
-                    "kernel_hash": "ba97759f2e9e0c07",
+                    "kernel_hash": "a98fadcd610907b4",
                     "stale": False,
                     "stale_reasons": [],
                 }
