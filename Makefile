@@ -76,7 +76,7 @@ lint: $(STAMP)
 sweep: $(STAMP)
 	for soc in Ascend910B1 Ascend910B2 Ascend910B3 Ascend910B4 Ascend310B1; do \
 		$(PY) -m tuner sweep --soc $$soc --trials 12 --pos-weights none,full,last_dim --wrts logit,probability \
-			--storage sqlite:///bcetune-sweep.db --out service/tables/$$soc.json || exit 1; done
+			--modes grad,fused --storage sqlite:///bcetune-sweep.db --out service/tables/$$soc.json || exit 1; done
 	$(PY) -m tuner export-header
 
 # Re-check the shipped tables against the current kernel sources in the CPU twin (no re-tuning), then
