@@ -111,6 +111,8 @@ def test_every_picture_draws_as_svg_and_png(picture: str) -> None:
         ([3000, 2], Variant("float32", "none", "rows")),  # [N, 1]: two elements per weight value
         ([4096, 0], Variant("float16", "none", "rows")),  # empty, with a rows weight
         ([33, 9], Variant("int32", "none", "scalar")),
+        ([96, 1031], Variant("float16", "mean", "last_dim", "last_dim", "logit", "fused")),  # the fused mode
+        ([5, 7], Variant("float32", "none", "rows", "full", "logit", "fused")),
     ],
 )
 def test_edge_shapes_explain_and_draw(shape: list[int], variant: Variant) -> None:
@@ -120,6 +122,10 @@ def test_edge_shapes_explain_and_draw(shape: list[int], variant: Variant) -> Non
     assert all(tl.end_us > 0 and len(tl.spans) <= 3 * 24 for tl in e.timelines)
     for picture in PICTURES:
         assert ET.fromstring(render(e, picture, "svg")).tag.endswith("svg")
+    if variant.mode == "fused":  # the UB picture shows the fused plan: the loss queue or the sum's TBuf
+        names = [b[0] for b in t.kernel.ub_buffers(t.params.tile_bytes, t.params.buffer_num)]
+        assert ("loss" in names) == (variant.reduction == "none") and ("loss sum" in names) != ("loss" in names)
+        assert b"loss" in render(e, "ub", "svg")
 
 
 def test_cli_plot_writes_the_four_pictures(tmp_path: Path) -> None:
