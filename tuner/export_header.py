@@ -135,7 +135,8 @@ def _range_row(
 def render(tables: list[TuningTable]) -> str:
     tables = sorted(tables, key=lambda t: t.soc)
     prov = "\n".join(
-        f"// {t.soc}: {len(t.entries)} entries, backend {t.backend}, created {t.created}, "
+        f"// {t.soc}: {sum(e.variant.mode == 'grad' for e in t.entries)} entries, backend {t.backend}, "
+        f"created {t.created}, "
         f"SoC profile {t.soc_profile_hash}{' (fitted on the device)' if t.device else ''}, kernel {t.kernel_hash}"
         for t in tables
     )
@@ -226,7 +227,8 @@ def render(tables: list[TuningTable]) -> str:
 
 
 def export_header(tables_dir: Path, out: Path = HEADER_PATH) -> int:
-    """Write the header from every ``<SoC>.json`` in ``tables_dir``; returns the entry count."""
+    """Write the header from every ``<SoC>.json`` in ``tables_dir``; returns the count of the entries it holds
+    (BinaryCrossEntropyGrad's: the fused mode's stay with the service and the PyTorch extension)."""
     tables = [load_table(p) for p in sorted(tables_dir.glob("*.json"))]
     if not tables:
         raise ValueError(f"no tables in {tables_dir}")
@@ -235,4 +237,4 @@ def export_header(tables_dir: Path, out: Path = HEADER_PATH) -> int:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(out)
-    return sum(len(t.entries) for t in tables)
+    return sum(e.variant.mode == "grad" for t in tables for e in t.entries)
