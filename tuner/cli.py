@@ -180,7 +180,7 @@ def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
         err = predicted / e.tuned_us - 1 if e.tuned_us else 0.0
         errors.append(abs(err))
         print(
-            f"{v.dtype:<9}{v.reduction:<5}{v.weight:<9}{v.pos_weight:<9}{v.wrt[:5]:<6}"
+            f"{v.dtype:<9}{v.reduction:<5}{v.weight:<9}{v.pos_weight:<9}{v.wrt[:5] if v.mode == 'grad' else 'fused':<6}"
             f"{e.size:>11}  {p['block_bytes']:>6}"
             f"{p['buffer_num']:>5}{p['tile_bytes']:>7}{p['core_num']:>6}{e.tuned_us:>11.3f}{predicted:>10.3f}"
             f"{100 * err:>+6.1f}%{e.seed_default_us:>11.3f}{e.seed_default_us / e.tuned_us:>9.3f}"

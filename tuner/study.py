@@ -247,10 +247,10 @@ def seed_default_tiling(key: StudyKey, soc: SocProfile) -> TilingData:
 
 def requirement_tiling(key: StudyKey, soc: SocProfile) -> TilingData | None:
     """What the requirement's own code runs for this key (its tiling and kernel, ``--scheme seed``),
-    or None where it does not compute the variant (pos_weight, wrt=probability). It always reads
+    or None where it does not compute the variant (pos_weight, wrt=probability, the fused mode). It always reads
     weight. Model time only: it overflows the usable UB or reads past the tensors, so it is never timed."""
     v = key.variant
-    if v.pos_weight != "none" or v.wrt != "logit":
+    if v.pos_weight != "none" or v.wrt != "logit" or v.mode != "grad":
         return None
     return compute_tiling([key.size], replace(v, weight="full"), None, soc, "seed")
 
