@@ -743,14 +743,9 @@ template <typename T, bool isSetMask = true> __aicore__ inline void Mins(const L
 
 namespace twin_detail {
 
+/** A unary op: Scalar's checks and rounding, its scalar unused. */
 template <typename T, typename F> void Unary(const LocalTensor<T>& dst, const LocalTensor<T>& src, int32_t count, const char* op, F f) {
-    if (!Begin<T>(count, op)) return;
-    CheckVec(dst, count, op, "dst");
-    CheckVec(src, count, op, "src");
-    CheckOverlap(dst, src, count, op);
-    T* d = dst.Data();
-    const T* a = src.Data();
-    for (int32_t i = 0; i < count; ++i) d[i] = Apply2<T>(a[i], a[i], [&](auto x, auto) { return f(x); });
+    Scalar(dst, src, T(), count, op, [&](auto x, auto) { return f(x); });
 }
 
 }  // namespace twin_detail
