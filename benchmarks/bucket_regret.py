@@ -7,7 +7,9 @@ exact size over the best of the whole search space at that size (model backend, 
   through ``kernel.host_tiling``; it should equal ``service``: the parity test says so),
 - ``nearest``: the bucket's knobs unchanged (what the C++ header did before it re-fit).
 
-Held-out sizes: log-uniform over each table's tuned range, random tuned variant keys, a fixed seed.
+Held-out sizes: log-uniform over each table's tuned range, random tuned variant keys, a fixed seed. The
+CANN build (and its header) is BinaryCrossEntropyGrad's: these keys are that kernel's
+(``regret_by_policy(table, n, mode="fused")`` gives the service's regret over the fused mode's keys).
 Run: ``make bench-regret`` (``--soc``, ``--sizes``).
 """
 
@@ -29,6 +31,7 @@ from tiling_model.space import score_space
 from tiling_model.tables import TableError, TuningTable, load_table, variant_order
 
 POLICIES = ("service", "build", "nearest")
+FUSED_POLICIES = ("service",)
 
 
 @dataclass(frozen=True)
@@ -40,36 +43,38 @@ class Row:
     worst_case: str
 
 
-def regret_by_policy(table: TuningTable, count: int, seed: int = 7) -> list[Row]:
+def regret_by_policy(table: TuningTable, count: int, seed: int = 7, mode: str = "grad") -> list[Row]:
     soc = load_soc(table.soc)
-    variants = sorted({e.variant for e in table.entries}, key=variant_order)
+    variants = sorted({e.variant for e in table.entries if e.variant.mode == mode}, key=variant_order)
+    if not variants:
+        return []
+    policies = POLICIES if mode == "grad" else FUSED_POLICIES
     sizes = sorted({e.size for e in table.entries})
     rng = np.random.default_rng(seed)
     calls: list[tuple[Variant, int]] = []
     for _ in range(count):
         v = variants[rng.integers(len(variants))]
         calls.append((v, int(np.exp(rng.uniform(np.log(sizes[0]), np.log(sizes[-1]))))))
-    built = query_host_tiling([(table.soc, v, n) for v, n in calls])
-    out: dict[str, list[tuple[float, str]]] = {p: [] for p in POLICIES}
+    built = query_host_tiling([(table.soc, v, n) for v, n in calls]) if "build" in policies else [None] * len(calls)
+    out: dict[str, list[tuple[float, str]]] = {p: [] for p in policies}
     for (v, n), b in zip(calls, built, strict=True):
         e = table.lookup(v, n)
         assert e is not None
         tuned = e.tiling_params()
-        knobs = {
-            "service": tuned if e.size == n else refit(n, v, soc, tuned),
-            "build": b.params,
-            "nearest": tuned,
-        }
+        knobs = {"service": tuned if e.size == n else refit(n, v, soc, tuned)}
+        if b is not None:
+            knobs |= {"build": b.params, "nearest": tuned}
         best = float(score_space(bce_grad_kernel(v, classes=1), soc, n).result.predicted_us.min())
         for policy, p in knobs.items():
             us = predict(compute_tiling([n], v, TilingParams(**p.as_dict()), soc), soc)
             out[policy].append((us / best - 1, f"{v.label()} at n={n} (entry tuned at {e.size})"))
     rows = []
-    for policy in POLICIES:
+    for policy in policies:
         values = sorted(out[policy])
         rs = [r for r, _ in values]
         case = values[-1][1] if rs[-1] > 0 else "-"
-        rows.append(Row(policy, statistics.median(rs), rs[int(0.95 * (len(rs) - 1))], rs[-1], case))
+        name = policy if mode == "grad" else f"{policy} ({mode})"
+        rows.append(Row(name, statistics.median(rs), rs[int(0.95 * (len(rs) - 1))], rs[-1], case))
     return rows
 
 

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from kernel.cpu import build_once, cache_dir
-from tiling_model import BuildError, TilingParams, Variant, load_soc
+from tiling_model import BadRequest, BuildError, TilingParams, Variant, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
 from tiling_model.engine import INCLUDE_DIR as ENGINE_INCLUDE
 from tiling_model.variant import BROADCAST_FORMS, PERIODIC_FORMS, WRT_FORMS
@@ -83,6 +83,8 @@ def query_host_tiling(
     lines = []
     for call in calls:
         soc_name, v, n = call[:3]
+        if v.mode != "grad":  # the CANN TilingFunc is BinaryCrossEntropyGrad's; its header has no fused entries
+            raise BadRequest(f"the build's host tiling serves mode 'grad' only, not {v.label()}")
         period = call[3] if len(call) > 3 else (n if v.weight in PERIODIC_FORMS else 0)
         soc = load_soc(soc_name)
         lines.append(
