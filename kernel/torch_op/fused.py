@@ -10,26 +10,45 @@ mean (else 1), in a form that neither overflows nor loses the small side:
 
 (the loss is PyTorch's ``(1 - y) x + lw softplus(-x)`` rearranged so it takes one pass over x).
 
-Implementations: CPU, ATen calls in the input's dtype as PyTorch's own CPU loss makes them (``softplus`` and
-``sigmoid`` of the logits, then in-place arithmetic; ``make bench-loss`` times it against PyTorch's forward
-plus backward); fake, for ``torch.compile``; ``PrivateUse1`` (an Ascend NPU): the launch extension's, one launch of
-the Ascend C kernel's fused mode (``kernel/op_kernel/bce_with_logits_fused.cpp``; NOT RUN here: no NPU), whose
-numerics the CPU twin runs (``kernel.cpu.bce_with_logits_fused``).
+Implementations: CPU, one pass of the native CPU kernel (``kernel.torch_op.native``: built on first use;
+float16 and bfloat16 computed in float32), else ATen calls in the input's dtype as PyTorch's own CPU loss
+makes them (``softplus`` and ``sigmoid`` of the logits, then in-place arithmetic); ``make bench-loss`` times
+it against PyTorch's forward plus backward; fake, for ``torch.compile``; ``PrivateUse1`` (an Ascend NPU):
+the launch extension's, one launch of the Ascend C kernel's fused mode
+(``kernel/op_kernel/bce_with_logits_fused.cpp``; NOT RUN here: no NPU), whose numerics the CPU twin runs
+(``twin_fused`` here; ``kernel.cpu.bce_with_logits_fused`` on numpy arrays).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kernel.torch_op.op import _LIB
+from kernel import cpu as twin
+from kernel.torch_op import native
+from kernel.torch_op.calls import operands
+from kernel.torch_op.op import _LIB, _as_numpy
+from kernel.torch_op.tilings import cpu_soc, resolved, tables_dir
 
+#: What the losses run on the CPU: ``fast`` (the fused call, else PyTorch's own) or ``twin`` (the kernel).
+CPU_LOSS_ENV = "BCETUNE_CPU_LOSS"
+CPU_LOSSES = ("fast", "twin")
 FUSED_OP_NAME = "bcetune::bce_with_logits_fused"
 FUSED_SCHEMA = "(Tensor input, Tensor target, Tensor? weight, Tensor? pos_weight, str reduction) -> (Tensor, Tensor)"
 REDUCTIONS = ("none", "sum", "mean")
 
 _LIB.define("bce_with_logits_fused" + FUSED_SCHEMA)
+
+
+def cpu_loss() -> str:
+    """``$BCETUNE_CPU_LOSS``, read at every call (``fast`` when unset)."""
+    chosen = os.environ.get(CPU_LOSS_ENV) or "fast"
+    if chosen not in CPU_LOSSES:
+        raise ValueError(f"${CPU_LOSS_ENV}={chosen!r}: expected one of {', '.join(CPU_LOSSES)}")
+    return chosen
 
 
 def _check(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str) -> None:
@@ -56,11 +75,31 @@ def _broadcasts_to(shape: torch.Size, to: torch.Size) -> bool:
 def bce_with_logits_fused(
     input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
 ) -> tuple[Tensor, Tensor]:
-    """CPU: (loss, grad at grad_output 1) in the input's dtype, computed as PyTorch's own CPU loss computes
-    (each ATen call in the dtype, float16 and bfloat16 widened inside each call). Few ATen calls, in place
-    wherever they can be: fresh input-sized temporaries and out-of-place broadcasting cost more than the
-    arithmetic on a CPU."""
+    """CPU: (loss, grad at grad_output 1) in the input's dtype: the native kernel's one pass where it is
+    built and the operands are its dtypes, else ``aten_fused``; with ``$BCETUNE_CPU_LOSS=twin`` the Ascend C
+    kernel's fused mode in the CPU twin (``twin_fused``)."""
+    if cpu_loss() == "twin":
+        return twin_fused(input, target, weight, pos_weight, reduction)
     _check(input, target, weight, pos_weight, reduction)
+    if native.load() and _native_dtypes(input, target, weight, pos_weight):
+        return torch.ops.bcetune.bce_with_logits_fused_cpu(input, target, weight, pos_weight, reduction)
+    return aten_fused(input, target, weight, pos_weight, reduction)
+
+
+_NATIVE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _native_dtypes(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None) -> bool:
+    return input.dtype in _NATIVE_DTYPES and all(t is None or t.dtype == input.dtype
+                                                 for t in (target, weight, pos_weight))  # fmt: skip
+
+
+def aten_fused(
+    input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
+) -> tuple[Tensor, Tensor]:
+    """(loss, grad at grad_output 1) in ATen calls, each in the input's dtype as PyTorch's own CPU loss
+    computes (float16 and bfloat16 widened inside each call). Few calls, in place wherever they can be:
+    fresh input-sized temporaries and out-of-place broadcasting cost more than the arithmetic on a CPU."""
     x, y, w, pw = input, target, weight, pos_weight
     # softplus(x) = -log sigmoid(-x) (one pass, no buffer); per element, with py = pw y, lw = 1 + py - y:
     #   loss = lw softplus(x) - py x      (= (1 - y) x + lw softplus(-x), PyTorch's)
@@ -92,6 +131,34 @@ def bce_with_logits_fused(
 
 
 _LIB.impl("bce_with_logits_fused", bce_with_logits_fused, "CPU")
+
+
+def twin_fused(
+    input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
+) -> tuple[Tensor, Tensor]:
+    """(loss, grad at grad_output 1) from the kernel's fused mode (``bce_with_logits_fused.cpp``) in the CPU
+    twin, with the fused tiling the service resolves for ``cpu_soc()``: the NPU's numerics, for checking
+    (``$BCETUNE_CPU_LOSS=twin``). Sum and mean add the cores' float32 partial sums in block order."""
+    _check(input, target, weight, pos_weight, reduction)
+    shapes, dtypes = operands(None, input, target, weight, pos_weight)
+    op = resolved(cpu_soc(), tables_dir(), shapes, dtypes, reduction, "logit", "fused")
+    none = reduction == "none"
+    dx = torch.zeros(input.shape, dtype=input.dtype)
+    loss = torch.zeros(input.shape if none else (max(op.tiling.block_dim, 1),),
+                       dtype=input.dtype if none else torch.float32)  # fmt: skip
+    if op.tiling.block_dim:
+        operands_ = (input, target, weight, pos_weight)
+        arrays = {name: None if t is None else _as_numpy(t)
+                  for name, t in zip(twin.FUSED_TENSOR_NAMES, operands_, strict=False)}  # fmt: skip
+        twin.run_fused_tiling(op.prepared, arrays, _as_numpy(dx), _as_numpy(loss))
+    if none:
+        return loss, dx
+    total = 0.0
+    for part in loss.tolist():  # in block order: the same sum run to run
+        total += part
+    if reduction == "mean":
+        total = total / input.numel() if input.numel() else float("nan")
+    return torch.tensor(total, dtype=input.dtype), dx
 
 
 @torch.library.register_fake(FUSED_OP_NAME, lib=_LIB)

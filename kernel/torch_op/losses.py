@@ -4,12 +4,15 @@ PyTorch's), PyTorch's own where bcetune cannot compute a case (``fallback``).
 What runs, by device and ``$BCETUNE_CPU_LOSS``:
 
 - **CPU, ``fast`` (the default)**: ``binary_cross_entropy_with_logits`` is one fused call
-  (``bcetune::bce_with_logits_fused``: the loss and its gradient in the forward) that keeps only the
-  gradient for backward; its backward returns it, multiplied only when grad_output is not exactly 1 (read
-  from the CPU tensor: no device to synchronise), from ``FUSED_MIN_ELEMENTS`` on (below, PyTorch's own).
+  (``bcetune::bce_with_logits_fused``: the loss and its gradient in the forward, one pass of the native CPU
+  kernel ``kernel.torch_op.native``, else ATen calls) that keeps only the gradient for backward; its
+  backward returns it, multiplied only when grad_output is not exactly 1 (read from the CPU tensor: no
+  device to synchronise), from ``FUSED_MIN_ELEMENTS`` on (below, PyTorch's own).
   ``binary_cross_entropy`` is PyTorch's own: the kernel's backward in the CPU twin is slower than PyTorch's.
-- **CPU, ``twin``**: the NPU's numerics for checking: PyTorch's forward, the backward ``bcetune::bce_grad``
-  (the Ascend C kernel source in the CPU twin; wrt the logit on the sigmoid saved in forward).
+- **CPU, ``twin``**: the NPU's numerics for checking: ``binary_cross_entropy_with_logits`` is the kernel's
+  fused mode (``bce_with_logits_fused.cpp``) in the CPU twin, keeping only dx (where the target or a weight
+  broadcasts beyond the kernel's forms: PyTorch's forward and ``bcetune::bce_grad`` on the sigmoid saved in
+  forward); ``binary_cross_entropy``: PyTorch's forward and ``bcetune::bce_grad`` wrt the probability.
 - **NPU**: ``binary_cross_entropy_with_logits`` is one launch of the kernel's fused mode
   (``bce_with_logits_fused``: x and y read once, dx and the loss written) keeping only dx; its backward
   multiplies dx by grad_output out of place (one pass over dx) unless ``$BCETUNE_NPU_GRAD_ONE=sync``, which
@@ -32,33 +35,24 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import _reduction
 
-import kernel.torch_op.fused  # noqa: F401  # defines torch.ops.bcetune.bce_with_logits_fused
+from kernel.torch_op import native
 from kernel.torch_op.calls import dtype_name
 from kernel.torch_op.fallback import fallback, why_not_fused, why_not_kernel
+from kernel.torch_op.fused import CPU_LOSS_ENV, cpu_loss  # (defines bcetune::bce_with_logits_fused)
 from kernel.torch_op.npu_device import load_npu, npu_soc
 from kernel.torch_op.tilings import OpTiling, cpu_soc, resolved, tables_dir
 
-#: What the losses run on the CPU: ``fast`` (the fused call, else PyTorch's own) or ``twin`` (the kernel).
-CPU_LOSS_ENV = "BCETUNE_CPU_LOSS"
-CPU_LOSSES = ("fast", "twin")
 #: Below this many elements the fast CPU path is PyTorch's own loss: the fused call's Python-level work (its
-#: autograd function, its operator, a dozen ATen calls) is then a large share of a step that takes ~0.1 ms,
-#: and the memory it saves is under 256 KB. Measured (``make bench-loss``, 2 cores): 1.4-1.9x PyTorch's step
-#: at 4-16 Ki elements, 1.2-1.4x at 64-256 Ki, 0.8-1.2x at 1 Mi, 0.6-0.8x from 4 Mi.
-FUSED_MIN_ELEMENTS = 1 << 16
+#: autograd function and checks, ~10 us more per step than PyTorch's own) outweighs the passes it saves, and
+#: the memory it saves is under 128 KB. Measured with the native kernel (2 cores, medians of 201 interleaved
+#: steps, float32, none / w[C] pw[C]): 1.06-1.16x PyTorch's step at 1-4 Ki elements, 0.98-1.08x at 16 Ki,
+#: 0.72-0.80x at 32 Ki, 0.71-0.81x at 64 Ki (``make bench-loss`` has the whole table).
+FUSED_MIN_ELEMENTS = 1 << 15
 #: How the NPU backward decides "grad_output is exactly 1": ``multiply`` (never asks: one pass over dx) or
 #: ``sync`` (reads a 0-dim grad_output on the host: a device synchronisation per step).
 NPU_GRAD_ONE_ENV = "BCETUNE_NPU_GRAD_ONE"
 NPU_GRAD_ONE = ("multiply", "sync")
 NPU_DEVICES = ("npu", "privateuseone")
-
-
-def cpu_loss() -> str:
-    """``$BCETUNE_CPU_LOSS``, read at every call (``fast`` when unset)."""
-    chosen = os.environ.get(CPU_LOSS_ENV) or "fast"
-    if chosen not in CPU_LOSSES:
-        raise ValueError(f"${CPU_LOSS_ENV}={chosen!r}: expected one of {', '.join(CPU_LOSSES)}")
-    return chosen
 
 
 @contextlib.contextmanager
@@ -108,13 +102,12 @@ class _FusedWithLogits(torch.autograd.Function):
     def forward(
         ctx: Any, input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
     ) -> Tensor:
-        loss, grad = torch.ops.bcetune.bce_with_logits_fused(input, target, weight, pos_weight, reduction)
-        ctx.save_for_backward(grad)
-        ctx.reduction = reduction
-        # not kept alive: double backward (PyTorch's formula) needs them, and finds them while the caller does
-        ctx.inputs = None if torch.compiler.is_compiling() else tuple(
-            None if t is None else weakref.ref(t) for t in (input, target, weight, pos_weight)
-        )  # fmt: skip
+        if input.device.type == "cpu" and not torch.compiler.is_compiling() and cpu_loss() == "fast" and native.load():
+            # the CPU kernel straight away: the operator's own CPU implementation checks what was checked
+            loss, grad = torch.ops.bcetune.bce_with_logits_fused_cpu(input, target, weight, pos_weight, reduction)
+        else:
+            loss, grad = torch.ops.bcetune.bce_with_logits_fused(input, target, weight, pos_weight, reduction)
+        _keep(ctx, grad, reduction, (input, target, weight, pos_weight))
         return loss
 
     @staticmethod
@@ -132,6 +125,16 @@ class _FusedWithLogits(torch.autograd.Function):
         return _scaled(grad, grad_output), None, None, None, None
 
 
+def _keep(ctx: Any, grad: Tensor, reduction: str, inputs: tuple[Tensor | None, ...]) -> None:
+    """Save only the gradient; the inputs by weak reference (double backward needs them, and finds them
+    while the caller holds them)."""
+    ctx.save_for_backward(grad)
+    ctx.reduction = reduction
+    ctx.inputs = None if torch.compiler.is_compiling() else tuple(
+        None if t is None else weakref.ref(t) for t in inputs
+    )  # fmt: skip
+
+
 def _alive(refs: tuple[weakref.ref | None, ...] | None) -> tuple[Any, ...]:
     """The fused loss's inputs for a double backward; a clear error where the caller let them go."""
     got = tuple(None if r is None else r() for r in refs) if refs is not None else None
@@ -139,8 +142,8 @@ def _alive(refs: tuple[weakref.ref | None, ...] | None) -> tuple[Any, ...]:
         raise RuntimeError(
             "bcetune: double backward (create_graph=True) through binary_cross_entropy_with_logits needs its "
             "input, target and weights, which the fused loss does not keep (it keeps only the gradient) and the "
-            "caller no longer holds: keep references to them until the second backward, or set "
-            f"{CPU_LOSS_ENV}=twin"
+            "caller no longer holds: keep references to them until the second backward, or call PyTorch's "
+            "torch.nn.functional.binary_cross_entropy_with_logits for that loss"
         )
     return got
 
@@ -216,7 +219,7 @@ def binary_cross_entropy_with_logits(
     pos_weight: Tensor | None = None,
 ) -> Tensor:
     """``torch.nn.functional.binary_cross_entropy_with_logits``: on the CPU one fused call keeping only the
-    gradient (``$BCETUNE_CPU_LOSS=twin``: the kernel's backward in the twin); on an NPU one launch of the
+    gradient (``$BCETUNE_CPU_LOSS=twin``: the kernel's fused mode in the twin); on an NPU one launch of the
     kernel's fused mode keeping only the gradient."""
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)
@@ -232,8 +235,8 @@ def binary_cross_entropy_with_logits(
         why = None
     else:
         why = why_not_kernel(input, target, weight, pos_weight, "logit") or ""
-        if not why and input.device.type in NPU_DEVICES and _fusable_shapes(input, weight, pos_weight, target):
-            return _FusedWithLogits.apply(input, target, weight, pos_weight, reduction)  # the kernel's fused mode
+        if not why and _fusable_shapes(input, weight, pos_weight, target):  # the kernel's fused mode
+            return _FusedWithLogits.apply(input, target, weight, pos_weight, reduction)
         if not why:
             return _WithLogits.apply(input, target, weight, pos_weight, reduction)
     loss = F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
@@ -300,21 +303,26 @@ def explain(
     pos_weight: Tensor | None = None,
     reduction: str = "mean",
     wrt: str = "logit",
+    mode: str | None = None,
 ) -> OpTiling:
-    """The tiling the kernel runs for this loss call's backward (the operator's for the same operands): on
-    an NPU the device's; on the CPU the twin's SoC (what ``$BCETUNE_CPU_LOSS=twin`` runs; the default CPU
-    path runs no kernel). BadRequest where the kernel cannot run it."""
+    """The tiling the kernel runs for this loss call (the operator's for the same operands): on an NPU the
+    device's; on the CPU the twin's SoC (what ``$BCETUNE_CPU_LOSS=twin`` runs; the default CPU path runs no
+    kernel). ``mode`` None: the kernel mode the loss runs (``fused`` for BCEWithLogits whose target has the
+    input's shape, its forward; else ``grad``, the backward). BadRequest where the kernel cannot run it."""
     shape = tuple(input.shape)
-    grad_shape = shape if reduction == "none" else ()
+    target_shape = shape if target is None else tuple(target.shape)
+    if mode is None:
+        mode = "fused" if wrt == "logit" and target_shape == shape else "grad"
+    grad_shape = None if mode == "fused" else shape if reduction == "none" else ()
     shapes = (
         grad_shape,
         shape,
-        shape if target is None else tuple(target.shape),
+        target_shape,
         None if weight is None else tuple(weight.shape),
         None if pos_weight is None else tuple(pos_weight.shape),
     )
     dtype = dtype_name(input.dtype)
-    dtypes = (dtype, dtype, dtype if target is None else dtype_name(target.dtype)) + tuple(
+    dtypes = ("" if mode == "fused" else dtype, dtype, dtype if target is None else dtype_name(target.dtype)) + tuple(
         "" if t is None else dtype_name(t.dtype) for t in (weight, pos_weight)
     )
     if input.device.type == "cpu":
@@ -322,4 +330,4 @@ def explain(
     else:
         load_npu()
         soc = npu_soc(input.device.index or 0)
-    return resolved(soc, tables_dir(), shapes, dtypes, reduction, wrt)
+    return resolved(soc, tables_dir(), shapes, dtypes, reduction, wrt, mode)

@@ -1,7 +1,7 @@
 """The default CPU path of ``bcetune.torch``'s BCEWithLogits loss: one fused call (loss and gradient in the
-forward) that keeps only the gradient for backward, against PyTorch's float64 autograd; the operator
-``bcetune::bce_with_logits_fused`` through torch.library.opcheck; torch.compile; grad_output other than 1;
-double backward; the switch to the twin (``$BCETUNE_CPU_LOSS``)."""
+forward; the native CPU kernel, and its ATen fallback) that keeps only the gradient for backward, against
+PyTorch's float64 autograd; the operator ``bcetune::bce_with_logits_fused`` through torch.library.opcheck;
+torch.compile; grad_output other than 1; double backward; the switch to the twin (``$BCETUNE_CPU_LOSS``)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,32 @@ import torch.nn.functional as F
 from conftest import graph_capturing_backend
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernel import cpu as twin
 from kernel import torch_op
-from kernel.torch_op import losses
+from kernel.torch_op import losses, native
 
 N, C = 96, 1031  # the issue's shape: a last dim that is no multiple of anything
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 #: weight and pos_weight forms PyTorch and the kernel both take, as shapes of an [N, C] input
 FORMS = [(None, None), ((C,), (C,)), ((N, C), None), ((N, 1), (C,)), ((), (N, C)), ((1,), None)]
+#: the fused call as the loss's forward makes it on the CPU: the native kernel's operator where it is built
+#: (always, here: make installs g++'s build of it), the operator whose CPU implementation is ATen's calls
+FUSED_OPS = ("bcetune.bce_with_logits_fused", "bcetune.bce_with_logits_fused_cpu")
+
+
+def fused_calls(ops: Ops) -> int:
+    return sum(ops.seen[name] for name in FUSED_OPS)
+
+
+@pytest.fixture(params=["native", "aten"])
+def cpu_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each CPU implementation of the fused call: the native kernel, and the ATen composite that runs where
+    it cannot be built."""
+    if request.param == "native":
+        assert native.load(), native.native_error()
+    else:
+        monkeypatch.setattr(native, "_state", {"loaded": False, "error": "(the test's choice)"})
+    return str(request.param)
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +78,7 @@ class Ops(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
-def test_the_loss_keeps_one_tensor_runs_one_call_and_is_pytorchs_float64(reduction: str) -> None:
+def test_the_loss_keeps_one_tensor_runs_one_call_and_is_pytorchs_float64(reduction: str, cpu_kernel: str) -> None:
     """BCEWithLogitsLoss with weight [C] and pos_weight [C]: one input-sized tensor saved for backward (the
     gradient), one fused call and no separate sigmoid in forward, loss and gradient within 1e-5 relative of
     PyTorch's float64."""
@@ -76,7 +95,7 @@ def test_the_loss_keeps_one_tensor_runs_one_call_and_is_pytorchs_float64(reducti
         warnings.simplefilter("error", torch_op.FallbackWarning)
         loss = loss_fn(x, y64.float())
     assert [s for s in saved if s.numel() >= N * C] == [x.shape], saved
-    assert ops.seen["bcetune.bce_with_logits_fused"] == 1 and "aten.sigmoid" not in ops.seen, ops.seen
+    assert fused_calls(ops) == 1 and "aten.sigmoid" not in ops.seen, ops.seen
     upstream = torch.ones_like(loss)
     loss.backward(upstream)
     ref_x = x.detach().double().requires_grad_()  # PyTorch in float64 on the float32 values
@@ -91,7 +110,7 @@ def test_the_loss_keeps_one_tensor_runs_one_call_and_is_pytorchs_float64(reducti
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
 @pytest.mark.parametrize(("w_shape", "pw_shape"), FORMS)
 def test_every_dtype_form_and_reduction_is_pytorchs_float64_within_the_dtypes_rounding(
-    dtype: str, reduction: str, w_shape: tuple[int, ...] | None, pw_shape: tuple[int, ...] | None
+    dtype: str, reduction: str, w_shape: tuple[int, ...] | None, pw_shape: tuple[int, ...] | None, cpu_kernel: str
 ) -> None:
     """Computed in float32 whatever the dtype: each gradient element within a few of the dtype's roundings
     of the float64 result (eps relative to the largest, or the subnormals' spacing), the loss too (a float16
@@ -169,7 +188,7 @@ def test_gradcheck_of_the_fused_loss() -> None:
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("reduction", ["none", "mean"])
-def test_opcheck_passes(dtype: str, reduction: str) -> None:
+def test_opcheck_passes(dtype: str, reduction: str, cpu_kernel: str) -> None:
     x64, y64, w64, pw64 = inputs((C,), (N, C))
     dt = DTYPES[dtype]
     args = (x64.to(dt), y64.to(dt), w64.to(dt), pw64.to(dt), reduction)
@@ -243,8 +262,44 @@ def test_bce_loss_on_the_cpu_is_pytorchs_own_and_the_twin_is_one_switch(monkeypa
     monkeypatch.setenv("BCETUNE_CPU_LOSS", "twin")
     with Ops() as ops:
         torch_op.BCELoss()(p, y).backward()
-        torch_op.BCEWithLogitsLoss()(p, y).backward()
-    assert ops.seen["bcetune.bce_grad"] == 2 and "bcetune.bce_with_logits_fused" not in ops.seen
+    assert ops.seen["bcetune.bce_grad"] == 1
+
+
+def test_the_twin_runs_the_kernels_fused_mode_keeping_only_the_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$BCETUNE_CPU_LOSS=twin``: BCEWithLogits is the kernel's fused entry in the CPU twin (the operator's
+    CPU implementation then; its tiling the service's for the fused mode): the loss and dx are the twin's,
+    bit for bit, one tensor is kept, no sigmoid and no other kernel runs; PyTorch's float64 within 1e-5."""
+    monkeypatch.setenv("BCETUNE_CPU_LOSS", "twin")
+    x64, y64, w64, pw64 = inputs((C,), (C,))
+    x, y, w, pw = (t.float() for t in (x64, y64, w64, pw64))
+    saved: list[torch.Size] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.shape)
+        return t
+
+    for reduction in ("none", "sum", "mean"):
+        saved.clear()
+        xg = x.clone().requires_grad_()
+        with Ops() as ops, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = torch_op.binary_cross_entropy_with_logits(xg, y, w, pos_weight=pw, reduction=reduction)
+        loss.backward(torch.ones_like(loss))
+        assert [s for s in saved if s.numel() >= N * C] == [x.shape], saved
+        assert ops.seen["bcetune.bce_with_logits_fused"] == 1 and "bcetune.bce_grad" not in ops.seen, ops.seen
+        assert not [k for k in ops.seen if "sigmoid" in k or k == "bcetune.bce_with_logits_fused_cpu"], ops.seen
+        used = torch_op.explain(x, y, w, pw, reduction)
+        assert used.tiling.variant.mode == "fused"
+        arrays = (t.numpy() for t in (x, y, w, pw))
+        want_loss, want_dx = twin.bce_with_logits_fused(*arrays, reduction=reduction, soc=used.soc,
+                                                        params=used.tiling.params)  # fmt: skip
+        assert torch.equal(xg.grad, torch.from_numpy(want_dx))
+        assert torch.equal(loss.detach(), torch.from_numpy(want_loss).reshape(loss.shape))
+        ref_x = x.double().requires_grad_()
+        ref = F.binary_cross_entropy_with_logits(ref_x, y.double(), w.double(), pos_weight=pw.double(),
+                                                 reduction=reduction)  # fmt: skip
+        ref.backward(torch.ones_like(ref))
+        assert float((loss.detach().double() - ref.detach()).abs().max() / ref.detach().abs().max()) < 1e-5
+        assert float((xg.grad.double() - ref_x.grad).abs().max() / ref_x.grad.abs().max()) < 1e-5
 
 
 def test_below_the_crossover_size_the_loss_is_pytorchs_own(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,5 +315,5 @@ def test_below_the_crossover_size_the_loss_is_pytorchs_own(monkeypatch: pytest.M
         with warnings.catch_warnings(), Ops() as ops:
             warnings.simplefilter("error", torch_op.FallbackWarning)
             torch_op.binary_cross_entropy_with_logits(x, torch.rand(n)).backward()
-        assert (ops.seen["bcetune.bce_with_logits_fused"] == 1) is fused, ops.seen
+        assert (fused_calls(ops) == 1) is fused, ops.seen
         assert ("aten.binary_cross_entropy_with_logits" in ops.seen) is not fused, ops.seen

@@ -103,16 +103,23 @@ def test_the_torch_operator_checks_pass_on_the_cpu_and_catch_a_wrong_gradient(mo
     assert cases == len(TORCH_OP_CASES) == 30 and failures == []
     [line] = list(torch_op_timing(torch, "cpu", lambda: None, sizes=(4096,)))
     assert "bce_grad(probability)" in line and "aten.binary_cross_entropy_backward" in line
-    real_run = cpu.run_tiling
+    real_run, real_fused = cpu.run_tiling, cpu.run_fused_tiling
 
     def off(tiling, arrays, out, **kw):  # noqa: ANN001, ANN003, ANN202  (the kernel 1% off)
         result = real_run(tiling, arrays, out, **kw)
         out *= 1.01
         return result
 
+    def fused_off(tiling, arrays, dx, loss, **kw):  # noqa: ANN001, ANN003, ANN202  (its fused mode 1% off)
+        result = real_fused(tiling, arrays, dx, loss, **kw)
+        dx *= 1.01
+        return result
+
     monkeypatch.setattr(cpu, "run_tiling", off)
+    monkeypatch.setattr(cpu, "run_fused_tiling", fused_off)
     _, failures = torch_op_failures(torch, "cpu")
     monkeypatch.setattr(cpu, "run_tiling", real_run)
+    monkeypatch.setattr(cpu, "run_fused_tiling", real_fused)
     assert len(failures) == 30 and all("elements off the float64 backward" in f for f in failures)
     monkeypatch.setattr(torch_op.fallback, "_cpu_compiler", False)
     _, failures = torch_op_failures(torch, "cpu")
