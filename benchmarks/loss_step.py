@@ -21,7 +21,8 @@ for ``none`` ``loss.sum().backward()``) and a scaled one:
   at the tiling the operator resolves, plus PyTorch's forward (as torch_npu runs it) and the sigmoid modelled
   as generic elementwise kernels at their best tilings; ``fused``: the kernel's fused mode
   (``bce_with_logits_fused``: its UB plan and instruction list, as the twin runs it) at the model's best tiling
-  (no table tunes it yet), plus a multiply when grad_output is not 1. A model: no NPU has run either.
+  (what the tables' fused entries are tuned on), plus a multiply when grad_output is not 1. A model: no NPU
+  has run either.
 - **CPU wall time** of the step against PyTorch's own (sizes up to ``--cpu-max``, medians of interleaved runs).
 
 Run: ``make bench-loss`` (``python benchmarks/loss_step.py``). Prints what it measured; asserts nothing.
@@ -274,7 +275,7 @@ def _generic_us(soc_name: str, dtype: str, n: int, inputs: int, outputs: int, op
 def predicted_us(case: Case, path: str, soc: str) -> float:
     n = case.shape[0] * C
     w_full = FORMS[case.form][0] == "full"
-    if path == "fused":  # the kernel's fused mode at the model's best tiling (no table holds it yet)
+    if path == "fused":  # the kernel's fused mode at the model's best tiling
         w_shape, pw_shape = FORMS[case.form]
         weight = "none" if w_shape is None else ("full" if w_shape == "full" else "last_dim")
         variant = Variant(case.dtype, case.reduction, weight, "none" if pw_shape is None else "last_dim",  # type: ignore[arg-type]
@@ -302,9 +303,14 @@ def predicted_us(case: Case, path: str, soc: str) -> float:
 # --- CPU time ------------------------------------------------------------------------------------------
 
 
+SMALL_REPEATS = 201
+
+
 def cpu_ms(case: Case, repeats: int) -> tuple[float, float]:
-    """Medians of interleaved steps (ms): PyTorch's own, bcetune's default CPU path."""
+    """Medians of interleaved steps (ms): PyTorch's own, bcetune's default CPU path (under 1 Mi elements at
+    least ``SMALL_REPEATS``: a step of tens of microseconds moves by more than the difference between runs)."""
     x, y, w, pw = case.tensors("cpu")
+    repeats = repeats if x.numel() >= 1 << 20 else max(repeats, SMALL_REPEATS)
     x.requires_grad_()
     g = case.grad_output("cpu")
     ours, theirs = _loss(case), _pytorch(case)
@@ -357,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [1 << 20] if a.quick else SIZES
     threads = torch.get_num_threads()
     print(f"per step (forward + backward); bytes per element; kept = input-sized tensors saved for backward; "
-          f"predicted on {a.soc}; CPU medians of {a.repeats} interleaved steps, {threads} threads")  # fmt: skip
+          f"predicted on {a.soc}; CPU medians of {a.repeats} interleaved steps ({SMALL_REPEATS} under 1 Mi elements), "
+          f"{threads} threads")  # fmt: skip
     head = ("| N x C | dtype | weights | reduction | grad_output | PyTorch ops | PyTorch 1+1 | torch_npu | before | "
             "fused | floor | fused / PyTorch 1+1 | kept PyTorch / before / fused | predicted before / fused us | "
             "fused / before | CPU PyTorch / fused ms | CPU fused / PyTorch |")  # fmt: skip

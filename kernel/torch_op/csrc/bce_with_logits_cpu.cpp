@@ -13,6 +13,7 @@
 // of the chunks are added in chunk order in double: sum and mean are the same bits run to run.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -34,7 +35,7 @@ enum class Layout { One, Scalar, Full, Row, Column };
 
 struct Operand {
   Layout layout = Layout::One;
-  at::Tensor data;  // float32, contiguous (none for One)
+  at::Tensor data;  // contiguous: the input's dtype for Full (read block by block), float32 otherwise
 };
 
 // One stretch of elements where each weight is either one value (stride 0) or contiguous (stride 1).
@@ -122,12 +123,14 @@ bool LeadingStretched(const at::Tensor& e) {
 Operand LayOut(const c10::optional<at::Tensor>& maybe, const at::Tensor& input) {
   Operand op;
   if (!maybe.has_value() || !maybe->defined()) return op;
-  const at::Tensor e = maybe->to(at::kFloat).expand(input.sizes());  // a view: no copy yet
+  TORCH_CHECK(maybe->scalar_type() == input.scalar_type(), "bce_with_logits_fused_cpu: a weight is ",
+              maybe->scalar_type(), " but input is ", input.scalar_type());
+  const at::Tensor e = maybe->expand(input.sizes());  // a view: no copy yet
   const int64_t dims = e.dim();
   const int64_t last = dims ? e.size(dims - 1) : 1;
   if (maybe->numel() == 1) {
     op.layout = Layout::Scalar;
-    op.data = maybe->to(at::kFloat).reshape({1}).contiguous();
+    op.data = maybe->reshape({1}).to(at::kFloat).contiguous();
   } else if (e.is_contiguous()) {
     op.layout = Layout::Full;
     op.data = e;
@@ -135,10 +138,10 @@ Operand LayOut(const c10::optional<at::Tensor>& maybe, const at::Tensor& input) 
     op.layout = Layout::Row;  // [C] (or [1, .., C]): one value per column
     at::Tensor v = e;
     while (v.dim() > 1) v = v.select(0, 0);
-    op.data = v.contiguous();
+    op.data = v.to(at::kFloat).contiguous();
   } else if (dims >= 2 && e.stride(dims - 1) == 0 && e.select(dims - 1, 0).is_contiguous()) {
     op.layout = Layout::Column;  // [.., N, 1]: one value per row (the flat index / C)
-    op.data = e.select(dims - 1, 0).contiguous();
+    op.data = e.select(dims - 1, 0).to(at::kFloat).contiguous();
   } else {
     op.layout = Layout::Full;  // any other broadcast: stretched to the input's shape once
     op.data = e.contiguous();
@@ -182,22 +185,35 @@ WeightView ViewAt(const Operand& op, const float& one, int64_t index, int64_t ro
   return {&one, 0};
 }
 
+// float16 / bfloat16 <-> float32, ATen's vectorised conversions (round to nearest even back to T).
 template <typename T>
 void ToFloat(const T* src, float* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(src, src + n, dst);
-  } else {
-    at::vec::convert(src, dst, n);
+  using VecT = at::vec::Vectorized<T>;
+  int64_t k = 0;
+  for (; k + VecT::size() <= n; k += VecT::size()) {
+    auto [lo, hi] = at::vec::convert_to_float<T>(VecT::loadu(src + k));
+    lo.store(dst + k);
+    hi.store(dst + k + Vec::size());
   }
+  for (; k < n; ++k) dst[k] = static_cast<float>(src[k]);
 }
 
 template <typename T>
 void FromFloat(const float* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::copy(src, src + n, dst);
-  } else {
-    at::vec::convert(src, dst, n);
+  using VecT = at::vec::Vectorized<T>;
+  int64_t k = 0;
+  for (; k + VecT::size() <= n; k += VecT::size()) {
+    at::vec::convert_from_float<T>(Vec::loadu(src + k), Vec::loadu(src + k + Vec::size())).store(dst + k);
   }
+  for (; k < n; ++k) dst[k] = static_cast<T>(src[k]);
+}
+
+// A weight's values for the block [b, b + n): a full one converted into `buffer`, else its float view.
+template <typename T>
+WeightView BlockOf(const Operand& op, const float& one, int64_t b, int64_t n, int64_t row, float* buffer) {
+  if (op.layout != Layout::Full) return ViewAt(op, one, b, row);
+  ToFloat(op.data.const_data_ptr<T>() + b, buffer, n);
+  return {buffer, 1};
 }
 
 template <typename T>
@@ -206,22 +222,21 @@ double RunChunk(const T* x, const T* y, const Operand& w, const Operand& pw, T* 
   const float one = 1.0f;
   double total = 0.0;
   ForStretches(begin, end, row, w.layout, pw.layout, [&](int64_t lo, int64_t hi) {
-    WeightView wv = ViewAt(w, one, lo, row);
-    WeightView pv = ViewAt(pw, one, lo, row);
     if constexpr (std::is_same_v<T, float>) {
+      WeightView wv = ViewAt(w, one, lo, row);
+      WeightView pv = ViewAt(pw, one, lo, row);
       total += RunStretch({x + lo, y + lo, wv.base, wv.step, pv.base, pv.step, loss ? loss + lo : nullptr,
                            grad + lo, hi - lo},
                           scale);
-    } else {
-      float fx[kBlock], fy[kBlock], fl[kBlock], fg[kBlock];
+    } else {  // block by block through float buffers (a stretch never crosses a row end: views stay valid)
+      float fx[kBlock], fy[kBlock], fw[kBlock], fp[kBlock], fl[kBlock], fg[kBlock];
       for (int64_t b = lo; b < hi; b += kBlock) {
         const int64_t n = std::min(kBlock, hi - b);
         ToFloat(x + b, fx, n);
         ToFloat(y + b, fy, n);
-        const int64_t off = b - lo;
-        total += RunStretch({fx, fy, wv.base + off * wv.step, wv.step, pv.base + off * pv.step, pv.step,
-                             loss ? fl : nullptr, fg, n},
-                            scale);
+        WeightView wv = BlockOf<T>(w, one, b, n, row, fw);
+        WeightView pv = BlockOf<T>(pw, one, b, n, row, fp);
+        total += RunStretch({fx, fy, wv.base, wv.step, pv.base, pv.step, loss ? fl : nullptr, fg, n}, scale);
         FromFloat(fg, grad + b, n);
         if (loss) FromFloat(fl, loss + b, n);
       }
