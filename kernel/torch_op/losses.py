@@ -102,7 +102,7 @@ class _FusedWithLogits(torch.autograd.Function):
     def forward(
         ctx: Any, input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
     ) -> Tensor:
-        if input.device.type == "cpu" and not torch.compiler.is_compiling() and cpu_loss() == "fast" and native.load():
+        if input.is_cpu and not torch.compiler.is_compiling() and cpu_loss() == "fast" and native.load():
             # the CPU kernel straight away: the operator's own CPU implementation checks what was checked
             loss, grad = torch.ops.bcetune.bce_with_logits_fused_cpu(input, target, weight, pos_weight, reduction)
         else:
@@ -223,14 +223,14 @@ def binary_cross_entropy_with_logits(
     kernel's fused mode keeping only the gradient."""
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)
-    if input.device.type == "cpu" and cpu_loss() == "fast":
-        if input.requires_grad and input.numel() >= FUSED_MIN_ELEMENTS and _fusable_shapes(input, weight, pos_weight,
-                                                                                            target):  # fmt: skip
-            why = why_not_fused(input, target, weight, pos_weight)
-            if why is None:
-                return _FusedWithLogits.apply(input, target, weight, pos_weight, reduction)
-        else:  # no gradient wanted, a small input, or shapes for PyTorch to refuse or broadcast its own way
-            why = None
+    if input.is_cpu and cpu_loss() == "fast":  # (cheap checks first: below the crossover this is all we add)
+        if input.numel() < FUSED_MIN_ELEMENTS or not input.requires_grad:
+            return F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
+        if not _fusable_shapes(input, weight, pos_weight, target):  # shapes for PyTorch to refuse or broadcast
+            return F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
+        why = why_not_fused(input, target, weight, pos_weight)
+        if why is None:
+            return _FusedWithLogits.apply(input, target, weight, pos_weight, reduction)
     elif not input.requires_grad:
         why = None
     else:
@@ -268,7 +268,7 @@ def binary_cross_entropy(
     """``torch.nn.functional.binary_cross_entropy`` whose backward runs the bcetune kernel (on the CPU only
     with ``$BCETUNE_CPU_LOSS=twin``: by default there it is PyTorch's own, which is faster)."""
     reduction = _reduction_of(size_average, reduce, reduction)
-    if input.device.type == "cpu" and cpu_loss() == "fast":  # the twin's backward is slower than PyTorch's
+    if input.is_cpu and cpu_loss() == "fast":  # the twin's backward is slower than PyTorch's
         return F.binary_cross_entropy(input, target, weight, reduction=reduction)
     why = why_not_kernel(input, target, weight, None, "probability") if input.requires_grad else "no grad"
     if why is not None:
