@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import _reduction
+from torch.overrides import has_torch_function_variadic
 
 from kernel.torch_op import native
 from kernel.torch_op.calls import dtype_name
@@ -225,7 +226,7 @@ def binary_cross_entropy_with_logits(
         reduction = _reduction.legacy_get_string(size_average, reduce)
     if input.is_cpu and cpu_loss() == "fast":  # (cheap checks first: below the crossover this is all we add)
         if input.numel() < FUSED_MIN_ELEMENTS or not input.requires_grad:
-            return F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
+            return _pytorchs_with_logits(input, target, weight, pos_weight, reduction)
         if not _fusable_shapes(input, weight, pos_weight, target):  # shapes for PyTorch to refuse or broadcast
             return F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
         why = why_not_fused(input, target, weight, pos_weight)
@@ -243,6 +244,24 @@ def binary_cross_entropy_with_logits(
     if why:
         fallback(why)  # after PyTorch accepted the call: its own errors come first
     return loss
+
+
+def _pytorchs_with_logits(
+    input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
+) -> Tensor:
+    """PyTorch's own loss, through its ATen binding where ``F.binary_cross_entropy_with_logits`` would only
+    check what is checked here (the target's shape; no tensor subclass overriding it): a step below the
+    crossover then costs what PyTorch's own costs, not a second Python layer more."""
+    if (
+        target.shape == input.shape
+        and reduction in _REDUCTION_ENUM
+        and not has_torch_function_variadic(input, target, weight, pos_weight)
+    ):
+        return torch.binary_cross_entropy_with_logits(input, target, weight, pos_weight, _REDUCTION_ENUM[reduction])
+    return F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
+
+
+_REDUCTION_ENUM = {name: _reduction.get_enum(name) for name in ("none", "mean", "sum")}
 
 
 def _fusable_shapes(input: Tensor, weight: Tensor | None, pos_weight: Tensor | None, target: Tensor) -> bool:
