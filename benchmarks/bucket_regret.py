@@ -8,9 +8,9 @@ exact size over the best of the whole search space at that size (model backend, 
 - ``nearest``: the bucket's knobs unchanged (what the C++ header did before it re-fit).
 
 Held-out sizes: log-uniform over each table's tuned range, random tuned variant keys, a fixed seed. The
-CANN build (and its header) is BinaryCrossEntropyGrad's: these keys are that kernel's
-(``regret_by_policy(table, n, mode="fused")`` gives the service's regret over the fused mode's keys).
-Run: ``make bench-regret`` (``--soc``, ``--sizes``).
+keys are BinaryCrossEntropyGrad's by default; ``--mode fused`` takes the fused BCEWithLogits mode's (the
+CANN build tiles it as BceWithLogitsFused's TilingFunc). Run: ``make bench-regret`` (``--soc``, ``--sizes``,
+``--mode``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from tiling_model.space import score_space
 from tiling_model.tables import TableError, TuningTable, load_table, variant_order
 
 POLICIES = ("service", "build", "nearest")
-FUSED_POLICIES = ("service",)
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ def regret_by_policy(table: TuningTable, count: int, seed: int = 7, mode: str = 
     variants = sorted({e.variant for e in table.entries if e.variant.mode == mode}, key=variant_order)
     if not variants:
         return []
-    policies = POLICIES if mode == "grad" else FUSED_POLICIES
+    policies = POLICIES
     sizes = sorted({e.size for e in table.entries})
     rng = np.random.default_rng(seed)
     calls: list[tuple[Variant, int]] = []
@@ -73,7 +72,7 @@ def regret_by_policy(table: TuningTable, count: int, seed: int = 7, mode: str = 
         values = sorted(out[policy])
         rs = [r for r, _ in values]
         case = values[-1][1] if rs[-1] > 0 else "-"
-        name = policy if mode == "grad" else f"{policy} ({mode})"
+        name = policy if mode == "grad" else f"{policy}/{mode}"
         rows.append(Row(name, statistics.median(rs), rs[int(0.95 * (len(rs) - 1))], rs[-1], case))
     return rows
 
@@ -82,6 +81,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--soc", action="append", help="a SoC (repeatable; default: every SoC with a shipped table)")
     ap.add_argument("--sizes", type=int, default=1000, help="held-out sizes per SoC (default 1000)")
+    ap.add_argument("--mode", choices=("grad", "fused"), default="grad", help="the kernel mode's keys (default grad)")
     a = ap.parse_args()
     if a.sizes < 1:
         print("bucket_regret: error: --sizes must be at least 1", file=sys.stderr)
@@ -92,7 +92,7 @@ def main() -> int:
     for soc in socs:
         try:
             table = load_table(SHIPPED_TABLES / f"{soc}.json")
-            rows = regret_by_policy(table, a.sizes)
+            rows = regret_by_policy(table, a.sizes, mode=a.mode)
         except (TableError, BuildError) as e:
             print(f"bucket_regret: error: {e}", file=sys.stderr)
             return 2

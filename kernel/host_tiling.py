@@ -18,10 +18,10 @@ from importlib import resources
 from pathlib import Path
 
 from kernel.cpu import build_once, cache_dir
-from tiling_model import BadRequest, BuildError, TilingParams, Variant, load_soc
+from tiling_model import BuildError, TilingParams, Variant, load_soc
 from tiling_model.dtypes import DTYPE_ID, REDUCTION_ID
 from tiling_model.engine import INCLUDE_DIR as ENGINE_INCLUDE
-from tiling_model.variant import BROADCAST_FORMS, PERIODIC_FORMS, WRT_FORMS
+from tiling_model.variant import BROADCAST_FORMS, MODES, PERIODIC_FORMS, WRT_FORMS
 
 CXXFLAGS = ("-std=c++17", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror")
 
@@ -83,14 +83,12 @@ def query_host_tiling(
     lines = []
     for call in calls:
         soc_name, v, n = call[:3]
-        if v.mode != "grad":  # the CANN TilingFunc is BinaryCrossEntropyGrad's; its header has no fused entries
-            raise BadRequest(f"the build's host tiling serves mode 'grad' only, not {v.label()}")
         period = call[3] if len(call) > 3 else (n if v.weight in PERIODIC_FORMS else 0)
         soc = load_soc(soc_name)
         lines.append(
             f"{soc_name} {DTYPE_ID[v.dtype]} {REDUCTION_ID[v.reduction]} {BROADCAST_FORMS.index(v.weight)} "
-            f"{BROADCAST_FORMS.index(v.pos_weight)} {WRT_FORMS.index(v.wrt)} {n} {period} {soc.ub_bytes} "
-            f"{soc.ub_reserve_bytes} {soc.aiv_cores}"
+            f"{BROADCAST_FORMS.index(v.pos_weight)} {WRT_FORMS.index(v.wrt)} {MODES.index(v.mode)} {n} {period} "
+            f"{soc.ub_bytes} {soc.ub_reserve_bytes} {soc.aiv_cores}"
         )
     proc = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=False)
     if proc.returncode != 0:

@@ -20,7 +20,7 @@ from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile
 from tiling_model.space import BLOCK_CHOICES
 from tiling_model.tables import TUNED_HEADER_NAME, VARIANT_FIELDS, TuningTable, load_table
-from tiling_model.variant import BROADCAST_FORMS, TUNED_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Variant
+from tiling_model.variant import BROADCAST_FORMS, MODES, TUNED_WEIGHT_FORMS, WEIGHT_FORMS, WRT_FORMS, Variant
 
 HEADER_PATH = Path(__file__).resolve().parent.parent / "kernel" / "op_host" / TUNED_HEADER_NAME
 
@@ -46,6 +46,7 @@ struct VariantRange {{
     int64_t weight;
     int64_t posWeight;
     int64_t wrt;
+    int64_t mode;  // 0: BinaryCrossEntropyGrad, 1: the fused BCEWithLogits loss and gradient
     int64_t first;
     int64_t count;
     int64_t kernel;  // index into kKernels
@@ -120,7 +121,7 @@ def _soc_model(i: int, soc: SocProfile) -> tuple[list[str], str]:
 
 def _variant_key(v: Variant) -> tuple[int, ...]:
     return (DTYPE_ID[v.dtype], REDUCTION_ID[v.reduction], BROADCAST_FORMS.index(v.weight),
-            BROADCAST_FORMS.index(v.pos_weight), WRT_FORMS.index(v.wrt))  # fmt: skip
+            BROADCAST_FORMS.index(v.pos_weight), WRT_FORMS.index(v.wrt), MODES.index(v.mode))  # fmt: skip
 
 
 def _range_row(
@@ -135,7 +136,7 @@ def _range_row(
 def render(tables: list[TuningTable]) -> str:
     tables = sorted(tables, key=lambda t: t.soc)
     prov = "\n".join(
-        f"// {t.soc}: {sum(e.variant.mode == 'grad' for e in t.entries)} entries, backend {t.backend}, "
+        f"// {t.soc}: {len(t.entries)} entries, backend {t.backend}, "
         f"created {t.created}, "
         f"SoC profile {t.soc_profile_hash}{' (fitted on the device)' if t.device else ''}, kernel {t.kernel_hash}"
         for t in tables
@@ -170,8 +171,6 @@ def render(tables: list[TuningTable]) -> str:
     for si, t in enumerate(tables):
         groups: dict[tuple[int, ...], list[tuple[Variant, int, int | None, dict[str, int]]]] = {}
         for e, limit in t.bucket_limits():
-            if e.variant.mode != "grad":  # the CANN TilingFunc is BinaryCrossEntropyGrad's: its entries only
-                continue
             groups.setdefault(_variant_key(e.variant), []).append((e.variant, e.size, limit, e.params))
         soc_ranges: list[tuple[tuple[int, ...], str]] = []
         for key in sorted(groups):
@@ -214,7 +213,7 @@ def render(tables: list[TuningTable]) -> str:
         *kernel_rows,
         "};",
         "",
-        "/** Sorted by (soc, dtype, reduction, weight, posWeight, wrt): a binary search finds a variant. */",
+        "/** Sorted by (soc, dtype, reduction, weight, posWeight, wrt, mode): a binary search finds a variant. */",
         "inline constexpr VariantRange kVariants[] = {",
         *ranges,
         "};",
@@ -228,7 +227,7 @@ def render(tables: list[TuningTable]) -> str:
 
 def export_header(tables_dir: Path, out: Path = HEADER_PATH) -> int:
     """Write the header from every ``<SoC>.json`` in ``tables_dir``; returns the count of the entries it holds
-    (BinaryCrossEntropyGrad's: the fused mode's stay with the service and the PyTorch extension)."""
+    (both kernel modes: BceGrad's TilingFunc reads the grad mode's, BceWithLogitsFused's the fused mode's)."""
     tables = [load_table(p) for p in sorted(tables_dir.glob("*.json"))]
     if not tables:
         raise ValueError(f"no tables in {tables_dir}")
@@ -237,4 +236,4 @@ def export_header(tables_dir: Path, out: Path = HEADER_PATH) -> int:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(out)
-    return sum(e.variant.mode == "grad" for t in tables for e in t.entries)
+    return sum(len(t.entries) for t in tables)

@@ -1,6 +1,6 @@
 // What the CANN build does for a call, one call per input line (kernel/host_tiling.py builds and runs
 // this; the parity test and `make bench-regret` compare it with the service).
-// Input:  soc dtype reduction weight_form pos_weight wrt n weight_period ub_bytes ub_reserve aiv_cores
+// Input:  soc dtype reduction weight_form pos_weight wrt mode n weight_period ub_bytes ub_reserve aiv_cores
 // Output: "hit <tuned size>" or "miss", the knobs the build uses ("block bn tile cores"; 0 = the
 //         scheme's default), "refit" or "table", then TunedTiling's 17 struct fields and block_dim
 //         ("err" if the tiling is refused). TunedKnobs is called directly, TunedTiling through the
@@ -11,9 +11,9 @@
 
 int main() {
     char soc[64];
-    long long dtype, red, weight, pw, wrt, n, period, ub, reserve, aiv;
-    while (std::scanf("%63s %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", soc, &dtype, &red, &weight, &pw, &wrt,
-                      &n, &period, &ub, &reserve, &aiv) == 11) {
+    long long dtype, red, weight, pw, wrt, mode, n, period, ub, reserve, aiv;
+    while (std::scanf("%63s %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", soc, &dtype, &red, &weight, &pw,
+                      &wrt, &mode, &n, &period, &ub, &reserve, &aiv) == 12) {
         bce_grad::Variant v;
         v.dtype = static_cast<bce_grad::Dtype>(dtype);
         v.reduction = static_cast<bce_grad::Reduction>(red);
@@ -21,6 +21,7 @@ int main() {
         v.weightPeriod = period;
         v.posWeight = static_cast<bce_grad::PosWeight>(pw);
         v.wrt = static_cast<bce_grad::Wrt>(wrt);
+        v.mode = static_cast<bce_grad::Mode>(mode);
         v.classes = v.posWeight == bce_grad::PosWeight::LastDim ? n : 0;  // shape [n]: the last dim is n
         const bce_grad::tuned::Entry* e = bce_grad::LookupTuned(soc, v, n);
         if (e) {

@@ -35,9 +35,9 @@ inline int64_t TunedSocIndex(const char* soc) {
 inline const tuned::VariantRange* TunedVariant(int64_t socIndex, const Variant& v) {
     const tuned::VariantRange want{socIndex, static_cast<int64_t>(v.dtype), static_cast<int64_t>(v.reduction),
                                    static_cast<int64_t>(v.weight), static_cast<int64_t>(v.posWeight),
-                                   static_cast<int64_t>(v.wrt), 0, 0, 0, 0};
+                                   static_cast<int64_t>(v.wrt), static_cast<int64_t>(v.mode), 0, 0, 0, 0};
     auto key = [](const tuned::VariantRange& r) {
-        return std::make_tuple(r.soc, r.dtype, r.reduction, r.weight, r.posWeight, r.wrt);
+        return std::make_tuple(r.soc, r.dtype, r.reduction, r.weight, r.posWeight, r.wrt, r.mode);
     };
     const tuned::VariantRange* end = std::end(tuned::kVariants);
     const tuned::VariantRange* it = std::lower_bound(
@@ -114,9 +114,10 @@ public:
     static constexpr size_t kSlots = 512;
 
     Knobs Get(const char* soc, int64_t n, const Variant& v, const Platform& p) {
-        const int64_t key[11] = {TunedSocIndex(soc), n, static_cast<int64_t>(v.dtype), static_cast<int64_t>(v.reduction),
+        const int64_t key[12] = {TunedSocIndex(soc), n, static_cast<int64_t>(v.dtype), static_cast<int64_t>(v.reduction),
                                  static_cast<int64_t>(v.weight), static_cast<int64_t>(v.posWeight), static_cast<int64_t>(v.wrt),
-                                 v.weight == Form::Rows ? v.weightPeriod : 0, p.ubBytes, p.ubReserveBytes, p.aivCores};
+                                 static_cast<int64_t>(v.mode), v.weight == Form::Rows ? v.weightPeriod : 0, p.ubBytes,
+                                 p.ubReserveBytes, p.aivCores};
         uint64_t h = 1469598103934665603ull;  // FNV-1a over the key's words
         for (int64_t w : key) h = (h ^ static_cast<uint64_t>(w)) * 1099511628211ull;
         Slot& slot = slots_[h % kSlots];
@@ -134,7 +135,7 @@ public:
 
 private:
     struct Slot {
-        int64_t key[11];
+        int64_t key[12];
         Knobs knobs;
         bool used = false;
     };

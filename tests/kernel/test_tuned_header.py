@@ -95,9 +95,10 @@ def _service(resolver: CachedAnswers, soc: str, v: Variant, n: int, period: int 
 
 
 def _variants(table: TuningTable) -> list[Variant]:
-    """The tuned BinaryCrossEntropyGrad variants (weight full and none): the header holds that kernel's entries
-    only (the fused mode's are the service's and the PyTorch extension's)."""
-    return sorted({e.variant for e in table.entries if e.variant.mode == "grad"}, key=astuple)
+    """The tuned variants (weight full and none) of both kernel modes: BceGrad's and BceWithLogitsFused's."""
+    variants = sorted({e.variant for e in table.entries}, key=astuple)
+    assert {v.mode for v in variants} == {"grad", "fused"}, table.soc
+    return variants
 
 
 def _assert_same(got: HostKnobs, doc: dict, where: str) -> None:
@@ -118,8 +119,6 @@ def test_build_tiles_every_call_as_the_service_answers(exe: Path, resolver: Cach
             v = variants[rng.integers(len(variants))]
             calls.append((soc, v, int(np.exp(rng.uniform(0, np.log(top))))))
         for e, limit in table.bucket_limits():
-            if e.variant.mode != "grad":  # the header is BinaryCrossEntropyGrad's
-                continue
             for n in {e.size, e.size - 1, e.size + 1} | ({limit - 1, limit} if limit else set()):
                 calls.append((soc, e.variant, n))
     answers = query_host_tiling(calls, exe)
@@ -168,7 +167,7 @@ def test_an_untuned_soc_gets_the_defaults_and_an_empty_tensor_no_launch(exe: Pat
     [empty] = query_host_tiling([("Ascend910B2", v, 0)], exe)
     assert empty.entry_size is None and empty.block_dim == 0 and not empty.refitted
     soc = load_soc("Ascend910B2")  # a SoC the tables do not know, on 910B2's platform numbers
-    line = f"Ascend9999 0 0 1 0 0 4096 0 {soc.ub_bytes} {soc.ub_reserve_bytes} {soc.aiv_cores}\n"
+    line = f"Ascend9999 0 0 1 0 0 0 4096 0 {soc.ub_bytes} {soc.ub_reserve_bytes} {soc.aiv_cores}\n"
     out = subprocess.run([str(exe)], input=line, capture_output=True, text=True, check=True).stdout.split()
     want = compute_tiling([4096], Variant("float32", "none", True), TilingParams(), "Ascend910B2")
     assert out[:6] == ["miss", "0", "0", "0", "0", "table"]
@@ -230,6 +229,14 @@ def test_bench_regret_reports_the_build_beside_the_service() -> None:
     assert r.returncode == 0, r.stderr
     rows = {line.split()[1]: line.split()[2:5] for line in r.stdout.splitlines() if line.startswith("Ascend910B2")}
     assert set(rows) == {"service", "build", "nearest"} and rows["service"] == rows["build"]
+    fused = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bucket_regret.py"), "--soc", "Ascend910B2", "--sizes", "5",
+         "--mode", "fused"], capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert fused.returncode == 0, fused.stderr
+    rows = {line.split()[1]: line.split()[2:5] for line in fused.stdout.splitlines() if line.startswith("Ascend910B2")}
+    assert set(rows) == {"service/fused", "build/fused", "nearest/fused"}
+    assert rows["service/fused"] == rows["build/fused"]
     bad = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bucket_regret.py"), "--sizes", "0"],
         capture_output=True, text=True, timeout=60, check=False,
