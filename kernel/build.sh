@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the kernel with CANN, in both of CANN's flows, from the same sources:
-#   (1) the BceGrad custom-op package (msopgen project -> custom_opp_*.run) for every SoC family asked
+#   (1) the custom-op package of BceGrad and BceWithLogitsFused (msopgen project -> custom_opp_*.run) for every SoC family asked
 #       for (Ascend910B1..B4 -> ascend910b, Ascend310B1 -> ascend310b; msopgen alone configures one),
 #   (2) the kernel-launch library + torch_npu extension that kernel/npu.py and the tuner load (one SoC:
 #       the device's).
@@ -64,8 +64,9 @@ PY
     cp "$here"/../tiling_model/include/*.h "$proj/op_host/"
     # the re-fit must round as the service's cost model does: no FMA contraction (aarch64 hosts have FMA)
     sed -i '1i add_compile_options(-ffp-contract=off)' "$proj/op_host/CMakeLists.txt"
-    cp "$here"/op_kernel/bce_grad.cpp "$here"/op_kernel/bce_grad.h "$here"/../tiling_model/include/bce_grad_tiling_data.h \
-        "$proj/op_kernel/"
+    # both ops' kernel entries (msopgen names them after the ops: bce_grad.cpp, bce_with_logits_fused.cpp)
+    cp "$here"/op_kernel/bce_grad.cpp "$here"/op_kernel/bce_with_logits_fused.cpp "$here"/op_kernel/bce_grad.h \
+        "$here"/../tiling_model/include/bce_grad_tiling_data.h "$proj/op_kernel/"
     # the custom-op flow of the kernel source: registered tiling struct, framework workspace first
     sed -i '1i add_ops_compile_options(ALL OPTIONS -DBCE_GRAD_CUSTOM_OP=1)' "$proj/op_kernel/CMakeLists.txt"
     (cd "$proj" && bash build.sh)

@@ -13,6 +13,7 @@ Where the toolchain folder is absent (a clone without ../shared) every test here
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -32,8 +33,9 @@ KERNEL = ROOT / "kernel" / "op_kernel" / "bce_grad.cpp"
 ENTRIES = ("bce_grad.cpp", "bce_with_logits_fused.cpp")
 OP_HOST = ROOT / "kernel" / "op_host"
 ENGINE_INCLUDE = ROOT / "tiling_model" / "include"  # the tiling struct, host tiling and engine: build.sh copies them
-#: the ops-nn op_host layout: the OpDef, the TilingFunc and the shape inference in their own files
-HOST_SOURCES = ("bce_grad_def.cpp", "bce_grad_tiling.cpp", "bce_grad_infershape.cpp")
+#: the ops-nn op_host layout: per op the OpDef, the TilingFunc and the shape inference in their own files
+HOST_OPS = {"BceGrad": "bce_grad", "BceWithLogitsFused": "bce_with_logits_fused"}
+HOST_SOURCES = tuple(f"{stem}_{part}.cpp" for stem in HOST_OPS.values() for part in ("def", "tiling", "infershape"))
 HOST = OP_HOST / "bce_grad_tiling.cpp"
 RUN = {"checks": 0}
 
@@ -97,23 +99,40 @@ def test_host_compiles_as_tiling_and_proto_library(source: str, mode: str) -> No
 
 
 def test_op_host_holds_the_ops_nn_files_and_one_registration_each() -> None:
-    """Every .cpp in op_host/ is built into the op package (msopgen's CMake globs them): exactly the three
-    files, the OpDef registered once (OP_ADD), the TilingFunc and the shape inference once each, by op type."""
+    """Every .cpp in op_host/ is built into the op package (msopgen's CMake globs them): per op exactly its
+    three files, the OpDef registered once (OP_ADD), the TilingFunc and the shape inference once each, by op
+    type, each in its own file; and the msopgen description names the same ops, inputs and outputs in order."""
     assert sorted(p.name for p in OP_HOST.glob("*.cpp")) == sorted(HOST_SOURCES)
     text = {name: (OP_HOST / name).read_text() for name in HOST_SOURCES}
     everything = "".join(text.values())
-    assert everything.count("OP_ADD(BceGrad)") == 1 and "OP_ADD(BceGrad)" in text["bce_grad_def.cpp"]
-    assert everything.count("IMPL_OP_OPTILING(BceGrad)") == 1 and "IMPL_OP_OPTILING" in text["bce_grad_tiling.cpp"]
-    assert everything.count("IMPL_OP_INFERSHAPE(BceGrad)") == 1
-    assert "IMPL_OP_INFERSHAPE" in text["bce_grad_infershape.cpp"]
+    for op, stem in HOST_OPS.items():
+        for macro, part in (("OP_ADD", "def"), ("IMPL_OP_OPTILING", "tiling"), ("IMPL_OP_INFERSHAPE", "infershape")):
+            assert len(re.findall(rf"{macro}\(\s*{op}\s*\)", everything)) == 1, (macro, op)
+            assert re.search(rf"{macro}\(\s*{op}\s*\)", text[f"{stem}_{part}.cpp"]), (macro, op)
+    described = json.loads((OP_HOST / "bce_grad.json").read_text())
+    assert [d["op"] for d in described] == list(HOST_OPS)
+    for d in described:
+        defined = text[f"{HOST_OPS[d['op']]}_def.cpp"]
+        for key, call in (("input_desc", "Input"), ("output_desc", "Output")):
+            names = [p["name"] for p in d[key]]
+            declared = re.findall(rf'this->{call}\("(\w+)"\)', defined)
+            loops = re.findall(rf"for \(const char\* \w+ : \{{([^}}]*)\}}\) \{{?\s*this->{call}\(", defined)
+            declared += [n for group in loops for n in re.findall(r'"(\w+)"', group)]
+            assert sorted(declared) == sorted(names), (d["op"], key)
 
 
 def test_the_tiling_func_uses_the_tuned_tiling_the_parity_test_checks() -> None:
-    """The TilingFunc's knobs come from TunedTiling (bce_grad_tuned_tiling.h), the function
-    tests/kernel/test_tuned_header.py compares with the service, and from nothing else."""
-    text = HOST.read_text()
-    assert '#include "bce_grad_tuned_tiling.h"' in text
-    assert re.search(r"bce_grad::TunedTiling\(", text) and "ComputeTiling(" not in text
+    """Both TilingFuncs' knobs come from TunedTiling (bce_grad_tuned_tiling.h), the function
+    tests/kernel/test_tuned_header.py compares with the service, through the one context reader, and from
+    nothing else; the fused op asks for the fused mode's entries."""
+    context = (OP_HOST / "bce_grad_tiling_context.h").read_text()
+    assert '#include "bce_grad_tuned_tiling.h"' in context
+    assert re.search(r"bce_grad::TunedTiling\(", context) and "ComputeTiling(" not in context
+    for stem in HOST_OPS.values():
+        text = (OP_HOST / f"{stem}_tiling.cpp").read_text()
+        assert '#include "bce_grad_tiling_context.h"' in text and "WriteTunedTiling(" in text
+        assert "ComputeTiling(" not in text and "TunedTiling(soc" not in text
+    assert "v->mode = bce_grad::Mode::Fused;" in (OP_HOST / "bce_with_logits_fused_tiling.cpp").read_text()
 
 
 @pytest.mark.parametrize(
@@ -160,14 +179,15 @@ def mutated_kernel(tmp_path: Path, file: str, old: str, new: str) -> Path:
 
 
 def mutated_host(tmp_path: Path, old: str, new: str) -> Path:
-    """A copy of op_host/ (and the op_kernel/ it includes) with one edit in the TilingFunc's file."""
+    """A copy of op_host/ (and the op_kernel/ it includes) with one edit in the TilingFuncs' context reader;
+    returns BceGrad's TilingFunc in the copy."""
     shutil.copytree(HOST.parent, tmp_path / "op_host")
     shutil.copytree(KERNEL.parent, tmp_path / "op_kernel")
-    src = tmp_path / "op_host" / HOST.name
-    text = src.read_text()
+    edited = tmp_path / "op_host" / "bce_grad_tiling_context.h"
+    text = edited.read_text()
     assert old in text, f"mutation target {old!r} not found: update the negative control"
-    src.write_text(text.replace(old, new, 1))
-    return src
+    edited.write_text(text.replace(old, new, 1))
+    return tmp_path / "op_host" / HOST.name
 
 
 def twin_build_of(tmp_path: Path, entry: Path) -> None:
