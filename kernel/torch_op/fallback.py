@@ -52,14 +52,14 @@ def why_not_kernel(
     return None
 
 
-_FUSED_DTYPES = tuple(getattr(torch, name) for name in FLOAT_DTYPES)
+FUSED_DTYPES = tuple(getattr(torch, name) for name in FLOAT_DTYPES)
 
 
 def why_not_fused(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None) -> str | None:
     """Why the fused CPU loss cannot take this call (its dtypes and gradients), or None. Cheap: it runs at
     every call of a loss whose step can take tens of microseconds. Shapes PyTorch refuses are PyTorch's to
     refuse (the loss then calls PyTorch's own, which raises its error)."""
-    if input.dtype not in _FUSED_DTYPES:
+    if input.dtype not in FUSED_DTYPES:
         return f"input is {dtype_name(input.dtype)}; the kernel computes float32, float16 and bfloat16 losses"
     for name, t in (("target", target), ("weight", weight), ("pos_weight", pos_weight)):
         if t is None:

@@ -3,11 +3,13 @@ PyTorch's), PyTorch's own where bcetune cannot compute a case (``fallback``).
 
 What runs, by device and ``$BCETUNE_CPU_LOSS``:
 
-- **CPU, ``fast`` (the default)**: ``binary_cross_entropy_with_logits`` is one fused call
-  (``bcetune::bce_with_logits_fused``: the loss and its gradient in the forward, one pass of the native CPU
-  kernel ``kernel.torch_op.native``, else ATen calls) that keeps only the gradient for backward; its
-  backward returns it, multiplied only when grad_output is not exactly 1 (read from the CPU tensor: no
-  device to synchronise), from ``FUSED_MIN_ELEMENTS`` on (below, PyTorch's own).
+- **CPU, ``fast`` (the default)**: ``binary_cross_entropy_with_logits`` (when the input needs a gradient) is
+  one fused call that keeps only the gradient for backward: ``bcetune::bce_with_logits_fused_loss``, the native
+  CPU kernel (one pass: the loss and its gradient) with its autograd node in C++ (``kernel.torch_op.native``),
+  at every size; its backward returns the gradient, multiplied only when grad_output is not exactly 1 (read
+  from the CPU tensor: no device to synchronise). Without the native build, or under ``torch.compile``: the
+  Python Function around ``bcetune::bce_with_logits_fused`` (the ATen composite, or the native kernel when
+  traced) from ``FUSED_MIN_ELEMENTS`` on, PyTorch's own below.
   ``binary_cross_entropy`` is PyTorch's own: the kernel's backward in the CPU twin is slower than PyTorch's.
 - **CPU, ``twin``**: the NPU's numerics for checking: ``binary_cross_entropy_with_logits`` is the kernel's
   fused mode (``bce_with_logits_fused.cpp``) in the CPU twin, keeping only dx (where the target or a weight
@@ -38,16 +40,16 @@ from torch.overrides import has_torch_function_variadic
 
 from kernel.torch_op import native
 from kernel.torch_op.calls import dtype_name
-from kernel.torch_op.fallback import fallback, why_not_fused, why_not_kernel
+from kernel.torch_op.fallback import FUSED_DTYPES, fallback, why_not_fused, why_not_kernel
 from kernel.torch_op.fused import CPU_LOSS_ENV, cpu_loss  # (defines bcetune::bce_with_logits_fused)
 from kernel.torch_op.npu_device import load_npu, npu_soc
 from kernel.torch_op.tilings import OpTiling, cpu_soc, resolved, tables_dir
 
-#: Below this many elements the fast CPU path is PyTorch's own loss: the fused call's Python-level work (its
-#: autograd function and checks, ~10 us more per step than PyTorch's own) outweighs the passes it saves, and
-#: the memory it saves is under 128 KB. Measured with the native kernel (2 cores, medians of 201 interleaved
-#: steps, float32, none / w[C] pw[C]): 1.06-1.16x PyTorch's step at 1-4 Ki elements, 0.98-1.08x at 16 Ki,
-#: 0.72-0.80x at 32 Ki, 0.71-0.81x at 64 Ki (``make bench-loss`` has the whole table).
+#: Where the C++ autograd node cannot run (``native.load()`` failed: the ATen composite; or under
+#: ``torch.compile``, which traces the Python Function), the fast CPU path is PyTorch's own below this many
+#: elements: the Python Function's frames (~25 us a step) outweigh the passes it saves. Measured with the
+#: native kernel through the Python Function (2 cores, medians of 201 interleaved steps, float32, none /
+#: w[C] pw[C]): 1.06-1.16x PyTorch's step at 1-4 Ki elements, 0.98-1.08x at 16 Ki, 0.72-0.80x at 32 Ki.
 FUSED_MIN_ELEMENTS = 1 << 15
 #: How the NPU backward decides "grad_output is exactly 1": ``multiply`` (never asks: one pass over dx) or
 #: ``sync`` (reads a 0-dim grad_output on the host: a device synchronisation per step).
@@ -84,8 +86,8 @@ def _scaled(grad: Tensor, grad_output: Tensor) -> Tensor:
         if grad_output.dim() == 0:
             if grad_output.item() == 1.0:
                 return grad
-        elif not any(grad_output.stride()) and grad_output.reshape(-1)[0].item() == 1.0:  # a sum's 1, expanded
-            return grad
+        elif not any(grad_output.stride()) and grad_output.as_strided((), ()).item() == 1.0:  # a sum's 1, expanded
+            return grad  # (the 0-dim view of the one element: reshape would copy the expanded tensor)
     return grad * grad_output
 
 
@@ -103,11 +105,7 @@ class _FusedWithLogits(torch.autograd.Function):
     def forward(
         ctx: Any, input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None, reduction: str
     ) -> Tensor:
-        if input.is_cpu and not torch.compiler.is_compiling() and cpu_loss() == "fast" and native.load():
-            # the CPU kernel straight away: the operator's own CPU implementation checks what was checked
-            loss, grad = torch.ops.bcetune.bce_with_logits_fused_cpu(input, target, weight, pos_weight, reduction)
-        else:
-            loss, grad = torch.ops.bcetune.bce_with_logits_fused(input, target, weight, pos_weight, reduction)
+        loss, grad = torch.ops.bcetune.bce_with_logits_fused(input, target, weight, pos_weight, reduction)
         _keep(ctx, grad, reduction, (input, target, weight, pos_weight))
         return loss
 
@@ -224,14 +222,19 @@ def binary_cross_entropy_with_logits(
     kernel's fused mode keeping only the gradient."""
     if size_average is not None or reduce is not None:
         reduction = _reduction.legacy_get_string(size_average, reduce)
-    if input.is_cpu and cpu_loss() == "fast":  # (cheap checks first: below the crossover this is all we add)
-        if input.numel() < FUSED_MIN_ELEMENTS or not input.requires_grad:
+    if input.is_cpu and cpu_loss() == "fast":
+        if not input.requires_grad:  # no gradient to fuse: PyTorch's forward alone
             return _pytorchs_with_logits(input, target, weight, pos_weight, reduction)
+        if reduction in _REDUCTION_ENUM and _fused_cpu_takes(input, target, weight, pos_weight):
+            op = None if torch.compiler.is_compiling() else native.fused_loss()
+            if op is not None:  # the C++ node: at every size
+                return op(input, target, weight, pos_weight, reduction)
+            if input.numel() < FUSED_MIN_ELEMENTS:  # the Python Function's frames cost more than it saves
+                return _pytorchs_with_logits(input, target, weight, pos_weight, reduction)
+            return _FusedWithLogits.apply(input, target, weight, pos_weight, reduction)
         if not _fusable_shapes(input, weight, pos_weight, target):  # shapes for PyTorch to refuse or broadcast
             return F.binary_cross_entropy_with_logits(input, target, weight, reduction=reduction, pos_weight=pos_weight)
-        why = why_not_fused(input, target, weight, pos_weight)
-        if why is None:
-            return _FusedWithLogits.apply(input, target, weight, pos_weight, reduction)
+        why = why_not_fused(input, target, weight, pos_weight)  # a dtype or a gradient the fused call cannot take
     elif not input.requires_grad:
         why = None
     else:
@@ -264,16 +267,31 @@ def _pytorchs_with_logits(
 _REDUCTION_ENUM = {name: _reduction.get_enum(name) for name in ("none", "mean", "sum")}
 
 
+def _fused_cpu_takes(input: Tensor, target: Tensor, weight: Tensor | None, pos_weight: Tensor | None) -> bool:
+    """The fused CPU call takes these as they are (``why_not_fused`` and ``_fusable_shapes`` both pass), read in
+    the few attribute reads a CPU step can afford (~0.3 us; the full checks name what is wrong)."""
+    dtype, shape = input.dtype, input.shape
+    if dtype not in FUSED_DTYPES or target.shape != shape or target.dtype != dtype or target.requires_grad:
+        return False
+    if not target.is_cpu:
+        return False
+    for t in (weight, pos_weight):
+        if t is not None and (t.dtype != dtype or t.requires_grad or not t.is_cpu or not _stretches(t.shape, shape)):
+            return False
+    return True
+
+
+def _stretches(have: torch.Size, shape: torch.Size) -> bool:
+    """``have`` broadcasts to ``shape`` without growing it."""
+    return len(have) <= len(shape) and all(a in (1, b) for a, b in zip(reversed(have), reversed(shape), strict=False))
+
+
 def _fusable_shapes(input: Tensor, weight: Tensor | None, pos_weight: Tensor | None, target: Tensor) -> bool:
     """The target has the input's shape and each weight stretches to it (else PyTorch's own decides)."""
     shape = input.shape
     if target.shape != shape:
         return False
-    for t in (weight, pos_weight):
-        if t is not None and (t.dim() > len(shape) or any(
-                a not in (1, b) for a, b in zip(reversed(t.shape), reversed(shape), strict=False))):  # fmt: skip
-            return False
-    return True
+    return all(t is None or _stretches(t.shape, shape) for t in (weight, pos_weight))
 
 
 def binary_cross_entropy(
