@@ -302,12 +302,26 @@ def test_the_twin_runs_the_kernels_fused_mode_keeping_only_the_gradient(monkeypa
         assert float((xg.grad.double() - ref_x.grad).abs().max() / ref_x.grad.abs().max()) < 1e-5
 
 
-def test_below_the_crossover_size_the_loss_is_pytorchs_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Small inputs (where the fused call's Python-level work outweighs the memory traffic it saves) run
-    PyTorch's own loss, without a warning; from the crossover on, the fused call."""
+@pytest.mark.parametrize("n", [1, 1024])
+def test_with_the_native_build_a_small_loss_is_fused_too(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C++ autograd node costs less than PyTorch's own composite at any size: no crossover, one call."""
+    assert native.load(), native.native_error()
+    monkeypatch.setattr(losses, "FUSED_MIN_ELEMENTS", 1 << 15)  # the shipped crossover: not consulted
+    x = torch.randn(n, requires_grad=True)
+    with warnings.catch_warnings(), Ops() as ops:
+        warnings.simplefilter("error", torch_op.FallbackWarning)
+        torch_op.binary_cross_entropy_with_logits(x, torch.rand(n)).backward()
+    assert fused_calls(ops) == 1 and "aten.binary_cross_entropy_with_logits" not in ops.seen, ops.seen
+    assert x.grad is not None and x.grad.shape == (n,)
+
+
+def test_below_the_crossover_the_python_function_gives_way_to_pytorchs_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the native build (the ATen composite through the Python Function), small inputs run PyTorch's
+    own loss, without a warning; from the crossover on, the fused call."""
     assert losses.FUSED_MIN_ELEMENTS == 0  # this module's fixture; the shipped crossover:
     monkeypatch.undo()
     monkeypatch.delenv("BCETUNE_CPU_LOSS", raising=False)
+    monkeypatch.setattr(native, "_state", {"loaded": False, "error": "(the test's choice)"})
     crossover = losses.FUSED_MIN_ELEMENTS
     assert crossover <= N * C  # the issue's 96 x 1031 is fused
     for n, fused in (crossover - 1, False), (crossover, True):

@@ -127,3 +127,27 @@ def test_the_kernel_refuses_what_it_cannot_compute_naming_it() -> None:
         OP(x, torch.rand(3, 3), None, None, "sum")
     with pytest.raises(RuntimeError, match="input is Double"):
         OP(x.double(), x.double(), None, None, "sum")
+
+
+def test_the_loss_operator_builds_its_backward_node_in_cpp_keeping_only_the_gradient() -> None:
+    """``bcetune::bce_with_logits_fused_loss`` (what the CPU loss calls): one kernel call, a C++ node keeping
+    one tensor (the gradient); its backward is PyTorch's float64 one; a gradient wanted for the target is
+    refused naming it; no grad mode, no node."""
+    assert native.load(), native.native_error()
+    op = native.fused_loss()
+    x, y = inputs(5)
+    x.requires_grad_()
+    w, pw = torch.rand(37) + 0.5, torch.rand(6, 1) + 0.5
+    saved: list[torch.Size] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        loss = op(x, y, w, pw, "mean")
+    assert loss.grad_fn is not None and loss.grad_fn.name() == "BceWithLogitsFusedLossBackward"
+    assert saved == [x.shape]
+    loss.backward()
+    ref_loss, ref_grad = reference(x.detach(), y, w, pw, "mean")
+    assert float((loss.detach().double() - ref_loss).abs()) < 1e-6 * float(ref_loss.abs())
+    assert float((x.grad.double() - ref_grad).abs().max()) < 1e-6 * float(ref_grad.abs().max())
+    with pytest.raises(RuntimeError, match="target requires grad; the fused loss computes the input's gradient"):
+        op(x, y.clone().requires_grad_(), None, None, "sum")
+    with torch.no_grad():
+        assert op(x, y, None, None, "sum").grad_fn is None

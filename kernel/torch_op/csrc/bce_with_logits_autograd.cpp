@@ -1,10 +1,13 @@
 // bcetune::bce_with_logits_fused_loss: the fused loss with its autograd node in C++, for eager CPU steps.
 //
 // Why: a Python autograd.Function costs ~25 us a step in Python frames (apply, forward, backward), which
-// below ~32 Ki elements is more than the fused kernel saves over PyTorch's own composite. Here the forward is
-// one call of the CPU kernel (bce_with_logits_cpu.cpp) and the node keeps only the gradient; its backward
-// returns that gradient itself when grad_output is exactly 1 (checked on the host: a CPU tensor), else a
-// product out of place (a graph kept with retain_graph=True finds the saved gradient unchanged).
+// below ~32 Ki elements is more than the fused kernel saves over PyTorch's own composite, and a C++
+// torch::autograd::Function still ~3 us (its context, saved-data map and output wrapping): as much as the
+// whole backward PyTorch's own runs at 1 Ki elements. Here the forward is one call of the CPU kernel
+// (bce_with_logits_cpu.cpp) and a backward node written as PyTorch's generated ones are (a Node with its
+// SavedVariable, set as the loss's history) keeps only the gradient; its backward returns that gradient
+// itself when grad_output is exactly 1 (read from the CPU tensor's memory), else a product out of place (a
+// graph kept with retain_graph=True finds the saved gradient unchanged).
 //
 // Double backward (create_graph=True) differentiates PyTorch's own formula on the caller's input, target and
 // weights, which the node holds only weakly (keeping them would keep what the fused loss exists not to keep);
@@ -15,19 +18,21 @@
 #include <ATen/core/Reduction.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <array>
-#include <tuple>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
-
 
 namespace bcetune {
 namespace {
 
-using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using WeakTensor = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
 
@@ -37,24 +42,7 @@ constexpr const char* kLetGo =
     "keep references to them until the second backward, or call PyTorch's "
     "torch.nn.functional.binary_cross_entropy_with_logits for that loss";
 
-/** The loss's four tensor arguments, held weakly (an absent optional stays undefined). */
-struct WeakInputs : torch::CustomClassHolder {
-  std::array<c10::optional<WeakTensor>, 4> refs;
-
-  /** The tensors while the caller still holds them; TORCH_CHECK fails naming what to do otherwise. */
-  std::array<at::Tensor, 4> Lock() const {
-    std::array<at::Tensor, 4> out;
-    for (size_t i = 0; i < refs.size(); ++i) {
-      if (!refs[i].has_value()) continue;
-      auto strong = refs[i]->lock();
-      TORCH_CHECK(strong.defined(), kLetGo);
-      out[i] = at::Tensor(std::move(strong));
-    }
-    return out;
-  }
-};
-
-int64_t ReductionEnum(const std::string& r) {
+int64_t ReductionEnum(c10::string_view r) {
   if (r == "none") return at::Reduction::None;
   if (r == "sum") return at::Reduction::Sum;
   return at::Reduction::Mean;
@@ -83,58 +71,73 @@ void WarnFallback(const at::Tensor& like, const char* why) {
   op.call(like, why);
 }
 
-struct FusedLoss : torch::autograd::Function<FusedLoss> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& target,
-                            const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& posWeight,
-                            const std::string& reduction) {
-    // through the dispatcher: the profiler, dispatch modes and the operator's checks see the kernel's call
-    static const auto kernel =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("bcetune::bce_with_logits_fused_cpu", "")
-            .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                      const c10::optional<at::Tensor>&,
-                                                      const c10::optional<at::Tensor>&, c10::string_view)>();
-    auto [loss, grad] = kernel.call(input, target, weight, posWeight, reduction);
-    ctx->save_for_backward({grad});
-    auto weak = c10::make_intrusive<WeakInputs>();
-    const std::array<const at::Tensor*, 4> all{&input, &target, weight ? &*weight : nullptr,
-                                               posWeight ? &*posWeight : nullptr};
-    for (size_t i = 0; i < all.size(); ++i) {
-      if (all[i] != nullptr && all[i]->defined()) weak->refs[i] = WeakTensor(all[i]->getIntrusivePtr());
-    }
-    ctx->saved_data["inputs"] = c10::IValue::make_capsule(std::move(weak));
-    ctx->saved_data["reduction"] = reduction;
-    return loss;
+/** The loss's backward: the kept gradient (times grad_output unless it is 1); PyTorch's formula for create_graph. */
+struct FusedLossBackward : torch::autograd::Node {
+  torch::autograd::SavedVariable grad;
+  std::array<c10::optional<WeakTensor>, 4> inputs;  // input, target, weight, pos_weight (absent: nullopt)
+  int64_t reduction = at::Reduction::Mean;
+
+  std::string name() const override { return "BceWithLogitsFusedLossBackward"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    grad.reset_data();
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     const at::Tensor& gradOutput = grads[0];
-    at::Tensor dx;
-    if (at::GradMode::is_enabled()) {  // create_graph: differentiate PyTorch's formula instead
-      const auto holder = ctx->saved_data["inputs"].toCapsule();
-      const auto in = static_cast<const WeakInputs*>(holder.get())->Lock();
-      WarnFallback(in[0], "double backward (create_graph=True) is PyTorch's: the kernel is first order");
-      const int64_t red = ReductionEnum(ctx->saved_data["reduction"].toStringRef());
-      const at::Tensor loss = at::binary_cross_entropy_with_logits(in[0], in[1], in[2], in[3], red);
-      dx = torch::autograd::grad({loss}, {in[0]}, {gradOutput}, /*retain_graph=*/true, /*create_graph=*/true)[0];
-    } else {
-      const at::Tensor grad = ctx->get_saved_variables()[0];
-      dx = IsOne(gradOutput) ? grad : grad * gradOutput;
+    if (!gradOutput.defined()) return {at::Tensor()};  // no gradient flows in: none flows out
+    if (!at::GradMode::is_enabled()) {
+      const at::Tensor g = grad.unpack();  // saved as an input, not an output: no node to name
+      return {IsOne(gradOutput) ? g : g * gradOutput};
     }
-    return {dx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    std::array<at::Tensor, 4> in;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].has_value()) continue;
+      auto strong = inputs[i]->lock();
+      TORCH_CHECK(strong.defined(), kLetGo);
+      in[i] = at::Tensor(std::move(strong));
+    }
+    WarnFallback(in[0], "double backward (create_graph=True) is PyTorch's: the kernel is first order");
+    const at::Tensor loss = at::binary_cross_entropy_with_logits(in[0], in[1], in[2], in[3], reduction);
+    return {torch::autograd::grad({loss}, {in[0]}, {gradOutput}, /*retain_graph=*/true, /*create_graph=*/true)[0]};
   }
 };
 
 at::Tensor BceWithLogitsFusedLoss(const at::Tensor& input, const at::Tensor& target,
                                   const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& posWeight,
                                   c10::string_view reduction) {
-  const std::array<std::pair<const char*, const at::Tensor*>, 3> others{
-      {{"target", &target}, {"weight", weight ? &*weight : nullptr}, {"pos_weight", posWeight ? &*posWeight : nullptr}}};
-  for (const auto& [name, t] : others) {
-    TORCH_CHECK(t == nullptr || !t->defined() || !t->requires_grad(), "bce_with_logits_fused_loss: ", name,
-                " requires grad; the fused loss computes the input's gradient only");
+  const std::array<const at::Tensor*, 4> all{&input, &target, weight ? &*weight : nullptr,
+                                             posWeight ? &*posWeight : nullptr};
+  static constexpr std::array<const char*, 4> kNames{"input", "target", "weight", "pos_weight"};
+  for (size_t i = 1; i < all.size(); ++i) {
+    TORCH_CHECK(all[i] == nullptr || !all[i]->defined() || !all[i]->requires_grad(), "bce_with_logits_fused_loss: ",
+                kNames[i], " requires grad; the fused loss computes the input's gradient only");
   }
-  return FusedLoss::apply(input, target, weight, posWeight, std::string(reduction.data(), reduction.size()));
+  // through the dispatcher: the profiler, dispatch modes and the operator's checks see the kernel's call
+  static const auto kernel =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("bcetune::bce_with_logits_fused_cpu", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                    const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&,
+                                                    c10::string_view)>();
+  at::Tensor loss, grad;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;  // the kernel's call records no history: the node below does
+    std::tie(loss, grad) = kernel.call(input, target, weight, posWeight, reduction);
+  }
+  if (at::GradMode::is_enabled() && input.requires_grad()) {
+    auto node = c10::make_intrusive<FusedLossBackward>();
+    node->set_next_edges(torch::autograd::collect_next_edges(input));
+    node->grad = torch::autograd::SavedVariable(grad, /*is_output=*/false);
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i] != nullptr && all[i]->defined()) node->inputs[i] = WeakTensor(all[i]->getIntrusivePtr());
+    }
+    node->reduction = ReductionEnum(reduction);
+    torch::autograd::set_history(loss, node);
+  }
+  return loss;
 }
 
 }  // namespace
@@ -145,7 +148,7 @@ TORCH_LIBRARY_FRAGMENT(bcetune, m) {
       " -> Tensor");
 }
 
-// the node is built here, not by the dispatcher's autograd key: an eager CPU call, as a Python Function's apply
+// the node is built here, not by the dispatcher's autograd key: an eager CPU call, as a generated op's is
 TORCH_LIBRARY_IMPL(bcetune, CompositeImplicitAutograd, m) {
   m.impl("bce_with_logits_fused_loss", &BceWithLogitsFusedLoss);
 }
