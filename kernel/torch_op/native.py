@@ -21,9 +21,9 @@ import shutil
 import subprocess
 import sys
 import threading
-from typing import Any
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import torch
 
