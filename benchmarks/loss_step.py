@@ -7,10 +7,11 @@ for ``none`` ``loss.sum().backward()``) and a scaled one:
   ``TorchDispatchMode`` on meta tensors (any size, no memory) and count every dispatched op as one kernel that
   reads its tensor operands' storage and writes its outputs (views move nothing):
   ``PyTorch op by op`` (ATen's decomposition of the forward and autograd's backward formula: eager on a device
-  without a fused loss), ``bcetune before`` (this repository before issue 39, ``$BCETUNE_CPU_LOSS=twin`` and the
-  NPU today: PyTorch's forward, a sigmoid saved for backward, the bce_grad kernel), ``bcetune fused`` (one call:
-  reads x, y and the weights as given, writes the gradient, and the loss for ``none``; on the CPU today, and the
-  kernel's fused mode on an NPU). Counted from rules, from the sources named: ``PyTorch, one kernel each way``
+  without a fused loss), ``bcetune before`` (this repository before issue 39:
+  PyTorch's forward, a sigmoid saved for backward, the bce_grad kernel; ``losses._WithLogits``, traced in the
+  twin), ``bcetune fused`` (one call: reads x, y and the weights as given, writes the gradient, and the loss for
+  ``none``; the native kernel on the CPU, the kernel's fused mode on an NPU). Counted from rules, from the
+  sources named: ``PyTorch, one kernel each way``
   (the issue's reference: a forward reading x, y; a backward reading x, y, grad_output, writing dx),
   ``torch_npu`` (op-plugin calls aclnnBinaryCrossEntropyWithLogits / ...Backward; ops-nn's op_api builds an
   all-ones pos_weight in forward and all-ones weight and pos_weight in backward where absent, runs the forward
@@ -149,6 +150,11 @@ def _loss(case: Case) -> Callable[..., torch.Tensor]:
                                                                          pos_weight=pw)  # fmt: skip
 
 
+def _before(case: Case) -> Callable[..., torch.Tensor]:
+    """bcetune before issue 39: PyTorch's forward, a sigmoid saved for backward, the bce_grad kernel (the twin)."""
+    return lambda x, y, w, pw: losses._WithLogits.apply(x, y, w, pw, case.reduction)
+
+
 def _pytorch(case: Case) -> Callable[..., torch.Tensor]:
     return lambda x, y, w, pw: F.binary_cross_entropy_with_logits(x, y, w, reduction=case.reduction, pos_weight=pw)
 
@@ -199,7 +205,7 @@ def bcetune_traffic(case: Case, path: str) -> Traffic:
     g = small.grad_output("cpu")
     mode = Traffic()
     with cpu_loss("twin" if path == "before" else "fast", any_size=True), mode:
-        step(_loss(small), g, x, y, w, pw)
+        step(_before(small) if path == "before" else _loss(small), g, x, y, w, pw)
     k = case.shape[0] / small.shape[0]
     full = small.n * DTYPES[case.dtype].itemsize
 
@@ -246,7 +252,7 @@ def kept(case: Case, path: str) -> float:
         seen[t.untyped_storage().data_ptr()] = _storage_bytes(t)
         return t
 
-    fn = _pytorch(small) if path == "pytorch" else _loss(small)
+    fn = {"pytorch": _pytorch, "before": _before}.get(path, _loss)(small)
     with (
         cpu_loss("twin" if path == "before" else "fast", any_size=True),
         torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
