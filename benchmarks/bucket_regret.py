@@ -87,8 +87,9 @@ def main() -> int:
         print("bucket_regret: error: --sizes must be at least 1", file=sys.stderr)
         return 2
     socs = a.soc or [s for s in known_socs() if (SHIPPED_TABLES / f"{s}.json").is_file()]
+    width = 8 if a.mode == "grad" else 13  # "nearest/fused"
     print(f"{a.sizes} held-out sizes per SoC (log-uniform over the tuned range, random variant keys, seed 7)")
-    print(f"{'SoC':12s} {'policy':8s} {'median':>8s} {'p95':>8s} {'worst':>8s}  worst case")
+    print(f"{'SoC':12s} {'policy':{width}s} {'median':>8s} {'p95':>8s} {'worst':>8s}  worst case")
     for soc in socs:
         try:
             table = load_table(SHIPPED_TABLES / f"{soc}.json")
@@ -98,7 +99,7 @@ def main() -> int:
             return 2
         for r in rows:
             figures = f"{100 * r.median:7.2f}% {100 * r.p95:7.2f}% {100 * r.worst:7.2f}%"
-            print(f"{soc:12s} {r.policy:8s} {figures}  {r.worst_case}")
+            print(f"{soc:12s} {r.policy:{width}s} {figures}  {r.worst_case}")
     return 0
 
 
