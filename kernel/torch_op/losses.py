@@ -271,9 +271,8 @@ def _fused_cpu_takes(input: Tensor, target: Tensor, weight: Tensor | None, pos_w
     """The fused CPU call takes these as they are (``why_not_fused`` and ``_fusable_shapes`` both pass), read in
     the few attribute reads a CPU step can afford (~0.3 us; the full checks name what is wrong)."""
     dtype, shape = input.dtype, input.shape
-    if dtype not in FUSED_DTYPES or target.shape != shape or target.dtype != dtype or target.requires_grad:
-        return False
-    if not target.is_cpu:
+    if (dtype not in FUSED_DTYPES or target.shape != shape or target.dtype != dtype or target.requires_grad
+            or not target.is_cpu):  # fmt: skip
         return False
     for t in (weight, pos_weight):
         if t is not None and (t.dtype != dtype or t.requires_grad or not t.is_cpu or not _stretches(t.shape, shape)):

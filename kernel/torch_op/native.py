@@ -34,7 +34,6 @@ OP_NAME = "bcetune::bce_with_logits_fused_cpu"
 SOURCE = "bce_with_logits_cpu.cpp"
 #: the kernel and the C++ autograd node around it (``bcetune::bce_with_logits_fused_loss``): one library
 SOURCES = (SOURCE, "bce_with_logits_autograd.cpp")
-LOSS_OP_NAME = "bcetune::bce_with_logits_fused_loss"
 #: g++ flags per ATen CPU capability: the ones ATen's own kernels of that capability are built with, and
 #: the macros that select ``Vectorized``'s implementation (SLEEF's exp and log, from libtorch_cpu).
 CAPABILITY_FLAGS: dict[str, tuple[str, ...]] = {
