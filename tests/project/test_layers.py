@@ -8,6 +8,7 @@ fails here before anyone imports it."""
 from __future__ import annotations
 
 import ast
+import sys
 import re
 from pathlib import Path
 
@@ -85,3 +86,107 @@ def test_no_code_that_answers_imports_the_specification() -> None:
         if f.name != "simulate.py" and any(m == "tiling_model.simulate" for m in imported_modules(f))
     )
     assert not readers, f"modules that answer import the specification: {readers}"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _load_time_imports(source: Path, modules: set[str]) -> set[str]:
+    """Modules of ours a file imports when it is loaded: module-level statements, class bodies and
+    if/try blocks (a function's import runs when called; ``if TYPE_CHECKING:`` never does). A
+    ``from package import name`` is an arrow to ``package.name`` when that is a module, else to the
+    package; relative imports are resolved."""
+    here = _module_name(source)
+    package = here if source.name == "__init__.py" else here.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom):
+                base = package
+                for _ in range(max(node.level - 1, 0)):
+                    base = base.rpartition(".")[0]
+                module = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+                for alias in node.names:
+                    if f"{module}.{alias.name}" in modules:
+                        found.add(f"{module}.{alias.name}")
+                    elif module in modules:
+                        found.add(module)
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    visit(inner)
+            for handler in getattr(node, "handlers", []):
+                visit(handler.body)
+
+    visit(ast.parse(source.read_text(), str(source)).body)
+    found.discard(here)
+    return found
+
+
+def import_cycles(files: list[Path], extensions: set[str] = frozenset()) -> list[list[str]]:
+    """The groups of modules that import each other in a loop at load time (strongly connected
+    components of more than one module, or a module importing itself through others)."""
+    modules = {_module_name(f) for f in files} | set(extensions)
+    graph = {_module_name(f): _load_time_imports(f, modules) for f in files}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group: list[str] = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return cycles
+
+
+#: compiled modules (a binding's import of them is an arrow like any other)
+EXTENSIONS = {"tiling_model._engine"}
+
+
+def test_no_modules_import_each_other_in_a_loop() -> None:
+    files = [f for package in OURS for f in (ROOT / package).rglob("*.py")]
+    assert len(files) > 50, "the check would prove nothing"
+    assert not import_cycles(files, EXTENSIONS), "modules that import each other in a loop"
+
+
+def test_the_cycle_check_finds_a_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A negative control: a loop through a relative import and a package's re-export is found; an
+    import inside a function or under TYPE_CHECKING is not an arrow."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg.a import A\n")
+    (pkg / "a.py").write_text("from .b import B\nA = 1\n")
+    (pkg / "b.py").write_text("from pkg import a\nB = 2\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import d\n")
+    (pkg / "d.py").write_text("def f():\n    from pkg import c\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert import_cycles(sorted(pkg.glob("*.py"))) == [["pkg.a", "pkg.b"]]

@@ -420,16 +420,43 @@ inline double Turns(double nf, const Stage& f, const Stage& t) {
                     f.in + nf * f.vec + f.out + t.out);
 }
 
+/**
+ * A core kind's chain bound (simulate._bounds): each path through its schedule where every stage waits for
+ * the one before it, so each is a lower bound of the kind's time. nf full tiles of stage f (a1, b1: the first
+ * tile's CopyIn and Compute, the last tile's when there is one tile), the last tile t, hops = nf / BUFFER_NUM
+ * (the turns a buffer makes): all CopyIns, all Computes or all CopyOuts in a row; every hop's CopyIn and
+ * Compute, or Compute and CopyOut; the turns at the last full tile (Turns).
+ */
+inline double ChainUs(double nf, double hops, const Stage& f, const Stage& t, double a1, double b1) {
+    return std::max(
+        std::max(std::max(nf * f.in + t.in + t.vec + t.out, a1 + nf * f.vec + t.vec + t.out),
+                 std::max(a1 + b1 + nf * f.out + t.out,
+                          std::max(hops * (f.in + f.vec) + t.in + t.vec + t.out, a1 + hops * (f.vec + f.out) + t.vec + t.out))),
+        Turns(nf, f, t));
+}
+
+/** What each of a launch's active cores gets (at least one core): its share of the aggregate bandwidth agg
+ *  and of the L2's, and the time of the last-dim rows' copy it makes at start-up at that share. */
+struct CoreShare {
+    double share;
+    double l2Share;
+    double rowUs;
+};
+
+inline CoreShare ShareOf(int64_t cores, const KernelModel& k, const SocModel& s, double agg) {
+    const double active = static_cast<double>(std::max<int64_t>(cores, 1));
+    const double share = agg / active;
+    return {share, s.l2Gbps / active,
+            static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0)};
+}
+
 /** One tiling (its core kinds, tiles of te elements, BUFFER_NUM bn) at L2 hit share hit: with exact, every
  *  core kind's pipeline is simulated (simulate.simulate); else only the bounds (simulate.bounds_us).
  *  fullVec: the full tile's vector time if the caller has it (< 0: computed here). */
 inline Prediction Evaluate(const Kinds& kd, int64_t te, int64_t bn, const KernelModel& k, const SocModel& s,
                            bool exact, double fullVec, double hit) {
-    const double active = static_cast<double>(std::max<int64_t>(kd.cores, 1));
     const double agg = Aggregate(s, hit);
-    const double share = agg / active;
-    const double l2Share = s.l2Gbps / active;
-    const double rowUs = static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0);
+    const auto [share, l2Share, rowUs] = ShareOf(kd.cores, k, s, agg);
     double coreUs = 0.0, lowerCore = 0.0, upperCore = 0.0;
     double busy[3] = {0.0, 0.0, 0.0};
     int slowest = -1;
@@ -457,12 +484,7 @@ inline Prediction Evaluate(const Kinds& kd, int64_t te, int64_t bn, const Kernel
         const double a1 = nt <= 1 ? t.in : f.in;
         const double b1 = nt <= 1 ? t.vec : f.vec;
         const double hops = static_cast<double>(nfull / bn);
-        const double chain = std::max(
-            std::max(std::max(nf * f.in + t.in + t.vec + t.out, a1 + nf * f.vec + t.vec + t.out),
-                     std::max(a1 + b1 + nf * f.out + t.out,
-                              std::max(hops * (f.in + f.vec) + t.in + t.vec + t.out, a1 + hops * (f.vec + f.out) + t.vec + t.out))),
-            Turns(nf, f, t));
-        lowerCore = std::max(lowerCore, chain + s.coreStartUs + rowUs);
+        lowerCore = std::max(lowerCore, ChainUs(nf, hops, f, t, a1, b1) + s.coreStartUs + rowUs);
         const double fa = std::max(f.in, t.in), fb = std::max(f.vec, t.vec), fc = std::max(f.out, t.out);
         const double period = std::max(std::max(std::max(fa, fb), std::max(fc, (fa + fb) / bnd)), (fb + fc) / bnd);
         upperCore = std::max(upperCore, nf * period + fa + fb + fc + s.coreStartUs + rowUs);
@@ -497,10 +519,7 @@ inline Prediction Evaluate(const Kinds& kd, int64_t te, int64_t bn, const Kernel
 inline double OneTileUs(const Kinds& kd, const KernelModel& k, const SocModel& s, double hit) {
     if (kd.cores <= 0) return 0.0;
     const double agg = Aggregate(s, hit);
-    const double active = static_cast<double>(kd.cores);
-    const double share = agg / active;
-    const double l2Share = s.l2Gbps / active;
-    const double rowUs = static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0);
+    const auto [share, l2Share, rowUs] = ShareOf(kd.cores, k, s, agg);
     double coreUs = 0.0;
     for (int i = 0; i < 3; ++i) {
         if (kd.counts[i] <= 0 || kd.tiles[i] <= 0) continue;
@@ -521,10 +540,9 @@ struct KindPipeline {
 /** Kind i of kd as Evaluate schedules it (rowUs: the core's start-up copy of the last-dim rows). */
 inline KindPipeline PipelineOf(const Kinds& kd, int i, int64_t te, int64_t bn, const KernelModel& k,
                                const SocModel& s, double hit, double* rowUs) {
-    const double active = static_cast<double>(std::max<int64_t>(kd.cores, 1));
-    const double share = Aggregate(s, hit) / active;
-    const double l2Share = s.l2Gbps / active;
-    *rowUs = static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, share, true, 1.0);
+    const CoreShare c = ShareOf(kd.cores, k, s, Aggregate(s, hit));
+    const double share = c.share, l2Share = c.l2Share;
+    *rowUs = c.rowUs;
     KindPipeline p;
     const int64_t nt = kd.tiles[i];
     if (kd.counts[i] <= 0 || nt <= 0) return p;
@@ -737,8 +755,7 @@ struct CoreLines {
             in[2][l] = {std::min(in[0][l].fixed, in[1][l].fixed), std::min(in[0][l].perByte, in[1][l].perByte)};
             out[2][l] = {std::min(out[0][l].fixed, out[1][l].fixed), std::min(out[0][l].perByte, out[1][l].perByte)};
         }
-        base = s.launchUs + s.coreStartUs +
-               static_cast<double>(k.workspaceInputs) * CopyUs(static_cast<double>(k.rowBytes), s.mte2, agg / c, true, 1.0);
+        base = s.launchUs + s.coreStartUs + ShareOf(cores, k, s, agg).rowUs;
     }
 
     /** count copies moving elems elements in all: at least the larger line's total. */
@@ -888,10 +905,7 @@ struct CoreLines {
             const double a = many ? fa : 0.0, b = many ? fb : 0.0, c = many ? fc : 0.0;
             const double a1 = many ? fa : ta, b1 = many ? fb : tb;
             const double hops = static_cast<double>((kd.tiles[i] - 1) / bn);
-            const double chain = std::max(
-                std::max(nf * a + ta + tb + tc, a1 + nf * b + tb + tc),
-                std::max(a1 + b1 + nf * c + tc, std::max(hops * (a + b) + ta + tb + tc, a1 + hops * (b + c) + tb + tc)));
-            core = std::max(core, std::max(chain, Turns(nf, Stage{a, b, c}, Stage{ta, tb, tc})));
+            core = std::max(core, ChainUs(nf, hops, Stage{a, b, c}, Stage{ta, tb, tc}, a1, b1));
         }
         return base + core;
     }
@@ -1254,10 +1268,7 @@ private:
      */
     double OneTilePairUs(const RefitPair& p, int64_t c, int b, int64_t te) {
         const Kinds kd = WithTile(p.kinds, te);
-        const double cores = static_cast<double>(kd.cores);
-        const double share = agg_ / cores, l2Share = s_.l2Gbps / cores;
-        const double rowUs =
-            static_cast<double>(k_.workspaceInputs) * CopyUs(static_cast<double>(k_.rowBytes), s_.mte2, share, true, 1.0);
+        const auto [share, l2Share, rowUs] = ShareOf(kd.cores, k_, s_, agg_);
         const int wi = w_.widthOf[b][c];
         const RefitWidth& width = w_.widths[c][wi];
         double coreUs = 0.0;
