@@ -8,8 +8,8 @@ fails here before anyone imports it."""
 from __future__ import annotations
 
 import ast
-import sys
 import re
+import sys
 from pathlib import Path
 
 import pytest
