@@ -550,5 +550,7 @@ NB_MODULE(_engine, m) {
           nb::arg("tile_bytes"), nb::arg("core_num"),
           "The first configuration in the space's order (predictions rounded to 1e-9 us; then buffers >= 2, fewer "
           "buffers, larger tile, more cores, larger block): cost::ConfigBefore. -1 when there is none.");
+    m.def("space_cores", &cost::SpaceCores, nb::arg("n"), nb::arg("elem_bytes"), nb::arg("block_bytes"),
+          nb::arg("max_cores"), "The largest core count the search space holds for this block size (cost::SpaceCores).");
     m.def("tie_key", &cost::TieKey, nb::arg("us"), "A prediction rounded as ties are broken (np.round(us, 9)).");
 }

@@ -9,7 +9,7 @@ from tiling_model import engine
 from tiling_model.errors import InvalidTiling
 from tiling_model.kernels import ElementwiseKernel, bce_grad_kernel
 from tiling_model.soc import SocProfile
-from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, TILE_STEP_BYTES, score_space
+from tiling_model.space import BLOCK_CHOICES, BUFFER_CHOICES, score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingParams, compute_tiling, element_count
 from tiling_model.validate import validate
 from tiling_model.variant import Variant
@@ -101,9 +101,10 @@ def _best_params(
     for bn in kernel.allowed_buffer_nums(BUFFER_CHOICES):
         if buffers_only is not None and bn not in buffers_only:
             continue
-        top = kernel.max_tile_bytes(soc.ub_usable_bytes, bn) // TILE_STEP_BYTES * TILE_STEP_BYTES  # tile_choices' last
-        if top < TILE_STEP_BYTES:
+        tiles = tile_choices(kernel, soc, bn)
+        if not tiles.size:
             continue
+        top = int(tiles[-1])
         blocks = blocks_only if blocks_only is not None else BLOCK_CHOICES
         c = engine.refit(kernel, soc, n, blocks, bn, top, seed)
         picks.append((c.us, c.block_bytes, bn, c.tile_bytes, c.core_num))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model import engine
+from tiling_model import _engine, engine
 from tiling_model.kernels import ElementwiseKernel
 from tiling_model.model_types import DEFAULT_L2, PRUNE_MARGIN_US, PRUNE_RELATIVE, BatchResult, L2State
 from tiling_model.soc import SocProfile
@@ -18,7 +18,7 @@ from tiling_model.tiling import TilingParams
 
 BLOCK_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 BUFFER_CHOICES = (1, 2, 3, 4)
-TILE_STEP_BYTES = 512  # tiles are whole 512-B blocks (GM-aligned copies)
+TILE_STEP_BYTES: int = _engine.TILE_STEP_BYTES  # tiles are whole 512-B blocks (GM-aligned copies)
 PRUNE_CHUNK = 8  # configurations simulated in the first round of a pruned scoring
 
 
@@ -70,8 +70,7 @@ def enumerate_space(
             continue
         tiles = tile_choices(kernel, soc, bn)
         for block in blocks_only if blocks_only is not None else BLOCK_CHOICES:
-            blocks = max(-(-n * kernel.elem_bytes // block), 1)
-            cores = np.arange(1, min(soc.aiv_cores, blocks) + 1)
+            cores = np.arange(1, _engine.space_cores(n, kernel.elem_bytes, block, soc.aiv_cores) + 1)
             t, c = np.meshgrid(tiles, cores, indexing="ij")
             cols[0].append(np.full(t.size, block))
             cols[1].append(np.full(t.size, bn))

@@ -1007,6 +1007,12 @@ struct RefitScratch {
     RefitRange queue[kMaxRanges];
 };
 
+/** The core counts the search space holds for a block size at n elements: 1 up to the SoC's cores, the
+ *  blocks there are (more cores than blocks tile as the block count does) and kMaxCores. */
+inline int64_t SpaceCores(int64_t n, int64_t elemBytes, int64_t blockBytes, int64_t maxCores) {
+    return std::min(std::min(maxCores, std::max<int64_t>(CeilDiv(n * elemBytes, blockBytes), 1)), kMaxCores);
+}
+
 /**
  * The fastest (block, tile, cores) of one BUFFER_NUM at n elements in the default (cold) L2 state, over tiles
  * of kTileStepBytes, 2 kTileStepBytes, ... up to tiles * kTileStepBytes, the given block sizes (in descending
@@ -1051,7 +1057,7 @@ public:
         const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
         curvesRise_ = Rises(s.mte2) && Rises(s.mte3) && s.misalignedFactor > 0.0;
         for (int b = 0; b < nBlocks; ++b) {
-            coresMax_[b] = std::min(std::min(maxCores, std::max<int64_t>(CeilDiv(n * k.elemBytes, blocks[b]), 1)), kMaxCores);
+            coresMax_[b] = SpaceCores(n, k.elemBytes, blocks[b], maxCores);
             topCores_ = std::max(topCores_, coresMax_[b]);
         }
         for (int64_t c = 1; c <= topCores_; ++c) {
