@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or tpe (the model backend's: model-seeded TPE)",
     )
     s.add_argument(
-        "--no-learn", action="store_true", help="timed backends: do not refit the device model as the sweep goes"
+        "--no-learn", action="store_true", help="timed backends: do not fit the device model again as the sweep goes"
     )
     s.add_argument("--noise", type=float, default=0.0, help="model/synthetic backend: lognormal noise (e.g. 0.05)")
     s.add_argument("--outlier-rate", type=float, default=0.0, help="model/synthetic backend: share of slow samples")

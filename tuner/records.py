@@ -1,5 +1,5 @@
 """Measurement records as JSON lines: one per measured trial, with the model's prediction beside
-it, in the format ``python -m model_tools calibrate --data`` reads (so NPU runs refit the model)."""
+it, in the format ``python -m model_tools calibrate --data`` reads (so NPU runs fit the model again)."""
 
 from __future__ import annotations
 
