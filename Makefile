@@ -110,6 +110,7 @@ bench-model: $(STAMP)
 # Search efficiency: model-seeded TPE vs plain TPE vs random, against a device-like truth and the model itself.
 bench-search: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py
+	$(PY) benchmarks/interval_coverage.py
 
 # Regret of the shipped tables on held-out sizes against the exhaustive best (model backend), by SoC:
 # the service's policy beside the CANN build's (the C++ header) and the bucket's knobs unchanged.

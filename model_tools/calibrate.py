@@ -396,26 +396,52 @@ def report(cases: Sequence[Measured], errs: np.ndarray) -> dict[str, Any]:
 
 #: The interval a prediction carries: the 10th and 90th percentiles of held-out measured / predicted.
 INTERVAL_QUANTILES = (10.0, 90.0)
-#: Fewer held-out cases than this in a traffic class: its interval is the overall one.
+#: Fewer held-out cases than this in a traffic class: the class has no band of its own (the reader
+#: falls back to the overall band and says so).
 INTERVAL_MIN_CASES = 8
+#: A device fit's band needs held-out cases of at least this many keys: one key's errors move together.
+INTERVAL_MIN_KEYS = 3
+
+
+def _ratio_band(ratio: np.ndarray) -> list[float]:
+    lo, hi = np.percentile(ratio, INTERVAL_QUANTILES)
+    return [round(float(lo), 4), round(float(hi), 4)]
 
 
 def intervals(cases: Sequence[Measured], held_out: np.ndarray) -> dict[str, list[float]]:
-    """Per traffic class (and ``all``), the range of measured / predicted that held-out cases fell in
-    (``INTERVAL_QUANTILES``): a prediction p is expected within [p * lo, p * hi] that often."""
+    """Per traffic class with enough held-out cases (and ``all``), the range of measured / predicted that
+    held-out cases fell in (``INTERVAL_QUANTILES``): a prediction p is expected within [p * lo, p * hi]
+    that often. A class with fewer cases has no entry (``tiling_model.confidence`` says so)."""
     ratio = 1.0 / (1.0 + np.asarray(held_out, dtype=float))  # measured / predicted
     primary = np.array([m.primary for m in cases])
     traffic = np.array([m.traffic_bytes for m in cases])
-
-    def band(mask: np.ndarray) -> list[float]:
-        lo, hi = np.percentile(ratio[mask], INTERVAL_QUANTILES)
-        return [round(float(lo), 4), round(float(hi), 4)]
-
-    out = {"all": band(primary)}
+    out = {"all": _ratio_band(ratio[primary])}
     for name, lo, hi in TRAFFIC_CLASSES:
         mask = primary & (traffic >= lo) & (traffic < hi)
-        out[name] = band(mask) if mask.sum() >= INTERVAL_MIN_CASES else out["all"]
+        if mask.sum() >= INTERVAL_MIN_CASES:
+            out[name] = _ratio_band(ratio[mask])
     return out
+
+
+def device_intervals(
+    cases: Sequence[Measured], held_out: np.ndarray | None
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """``intervals`` of a device fit's held-out cases where the class holds ``INTERVAL_MIN_KEYS`` keys or
+    more, and each class's key count (0: none; the reader falls back to a wider band and says why)."""
+    if held_out is None:
+        return {}, {}
+    ratio = 1.0 / (1.0 + np.asarray(held_out, dtype=float))
+    keys = np.array([m.key for m in cases])
+    traffic = np.array([m.traffic_bytes for m in cases])
+    finite = np.isfinite(ratio)
+    bands: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    for name, lo, hi in (("all", 0.0, math.inf), *TRAFFIC_CLASSES):
+        mask = finite & (traffic >= lo) & (traffic < hi)
+        counts[name] = len(set(keys[mask]))
+        if counts[name] >= INTERVAL_MIN_KEYS:
+            bands[name] = _ratio_band(ratio[mask])
+    return bands, counts
 
 
 @dataclass(frozen=True)
@@ -470,10 +496,16 @@ class DeviceFit:
     correction: KnobCorrection
     before: np.ndarray
     after: np.ndarray
-    held_out: np.ndarray | None  # by folds of keys (None: too few keys)
+    held_out: np.ndarray | None  # by folds of keys: sizes the fit did not see (None: too few keys)
     cases: list[Measured] = field(repr=False)
+    held_out_variants: np.ndarray | None = None  # by folds of variants: variants it did not see
 
     def summary(self) -> dict[str, Any]:
+        """The fit in numbers, with the bands answers carry (``tiling_model.confidence``): ``intervals`` from
+        the cases held out by key (a variant the sweep measured, at a size it did not time),
+        ``intervals_unmeasured`` from those held out by variant (a variant it never measured), each
+        class's key count, the variants measured, and the in-sample band (what a fit too small for folds
+        widens the shipped band by)."""
         out: dict[str, Any] = {
             "cases": len(self.cases),
             "keys": len({m.key for m in self.cases}),
@@ -481,10 +513,18 @@ class DeviceFit:
             "knob_correction": self.correction.summary(),
             "median_before": round(float(np.median(np.abs(self.before))), 4),
             "median": round(float(np.median(np.abs(self.after))), 4),
+            "in_sample_band": _ratio_band(1.0 / (1.0 + np.asarray(self.after, dtype=float))),
+            "measured_variants": sorted({m.launches[0].variant.label() for m in self.cases}),
         }
+        measured, measured_keys = device_intervals(self.cases, self.held_out)
+        unmeasured, unmeasured_keys = device_intervals(self.cases, self.held_out_variants)
         if self.held_out is not None:
             out["held_out_median"] = round(float(np.median(np.abs(self.held_out))), 4)
-            out["intervals"] = intervals(self.cases, self.held_out)
+        if self.held_out_variants is not None:
+            out["held_out_variants_median"] = round(float(np.median(np.abs(self.held_out_variants))), 4)
+        out["intervals"] = measured
+        out["intervals_unmeasured"] = unmeasured
+        out["interval_keys"] = {"measured": measured_keys, "unmeasured": unmeasured_keys}
         return out
 
 
@@ -518,22 +558,37 @@ def fit_device(
     cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...] = DEVICE_PARAMS, folds: int = FOLDS
 ) -> DeviceFit:
     """Refit ``soc`` to a device's measurements: ``free`` hardware parameters (robust ``fit``), then the
-    knob correction on the log residuals they leave (ridge towards 1). With enough distinct keys, the
-    same two-step fit is cross-validated by ``folds`` folds of keys (each key's cases predicted by a fit
-    without them; 0: no folds): the held-out errors give the intervals a prediction carries."""
+    knob correction on the log residuals they leave (ridge towards 1). The same two-step fit is
+    cross-validated by up to ``folds`` folds of keys (each key's cases predicted by a fit without them; from
+    ``INTERVAL_MIN_KEYS`` keys) and of variants (from two; 0: no folds): the held-out errors give the
+    intervals a prediction carries, for a variant the sweep measured and for one it did not."""
     if not cases:
         raise CalibrationError("no measurements to fit a device to")
     fitted, correction = _fit_device(cases, soc, free)
     profile = replace(fitted.apply(soc), knob_correction=correction)
-    held: np.ndarray | None = None
     keys = sorted({m.key for m in cases})
-    if folds > 0 and len(keys) >= 2 * folds:
-        held = np.zeros(len(cases))
-        for f in range(folds):
-            out_keys = set(keys[f::folds])
-            train = [m for m in cases if m.key not in out_keys]
-            idx = [i for i, m in enumerate(cases) if m.key in out_keys]
-            fold_fit, fold_corr = _fit_device(train, soc, free)
-            fold_profile = replace(fold_fit.apply(soc), knob_correction=fold_corr)
-            held[idx] = errors([cases[i] for i in idx], fold_profile)
-    return DeviceFit(profile, fitted, correction, errors(cases, soc), errors(cases, profile), held, list(cases))
+    variants = sorted({m.launches[0].variant.label() for m in cases})
+    held = held_variants = None
+    if folds > 0 and len(keys) >= INTERVAL_MIN_KEYS:
+        held = _held_out(cases, soc, free, [m.key for m in cases], keys, folds)
+    if folds > 0 and len(variants) >= 2:
+        held_variants = _held_out(cases, soc, free, [m.launches[0].variant.label() for m in cases], variants, folds)
+    return DeviceFit(
+        profile, fitted, correction, errors(cases, soc), errors(cases, profile), held, list(cases), held_variants
+    )
+
+
+def _held_out(
+    cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...], group: list[str], groups: list[str], folds: int
+) -> np.ndarray:
+    """Each case predicted by the two-step fit on the other folds' cases: ``min(folds, len(groups))`` folds
+    of whole groups (keys: sizes not seen; variants: variants not seen)."""
+    k = min(folds, len(groups))
+    held = np.zeros(len(cases))
+    for f in range(k):
+        out = set(groups[f::k])
+        train = [m for m, g in zip(cases, group, strict=True) if g not in out]
+        idx = [i for i, g in enumerate(group) if g in out]
+        fold_fit, fold_corr = _fit_device(train, soc, free)
+        held[idx] = errors([cases[i] for i in idx], replace(fold_fit.apply(soc), knob_correction=fold_corr))
+    return held

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tiling_model import engine
+from tiling_model.confidence import interval
 from tiling_model.cost import engine_kinds, predict_detail
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.model_types import DEFAULT_L2, KINDS
@@ -102,6 +103,8 @@ class Explanation:
     scheme: str
     params: dict[str, int]
     predicted_us: float
+    predicted_interval_us: tuple[float, float]  # tiling_model.confidence: where the time is expected
+    predicted_interval_basis: str
     roofline_us: float
     seed_default_us: float  # the exact kernel with the default knobs at this shape
     bottleneck: str
@@ -208,6 +211,7 @@ def explain(t: TilingData, soc: SocProfile | str | None = None, landscape: bool 
     """The explorer's data for one tiling (in the default cold L2, as the tables are tuned)."""
     soc = load_soc(soc or t.soc) if not isinstance(soc, SocProfile) else soc
     pred = predict_detail(t, soc)
+    band = interval(t, soc, pred.predicted_us)
     plans = core_plan(t)
     core_map = tuple(
         CoreSpan(
@@ -234,6 +238,8 @@ def explain(t: TilingData, soc: SocProfile | str | None = None, landscape: bool 
         t.scheme,
         dict(t.params.as_dict()),
         round(pred.predicted_us, 4),
+        (band.lo_us, band.hi_us),
+        band.basis,
         round(pred.roofline_us, 4),
         round(predict_detail(default, soc).predicted_us, 4) if default else 0.0,
         pred.bottleneck,

@@ -287,6 +287,7 @@ class TilingResponse(BaseModel):
                     "mode": "grad",
                     "predicted_us": 9.17,
                     "predicted_interval_us": [8.1, 11.2],
+                    "predicted_interval_basis": "Ascend910B2 profile's held-out < 4 MB band",
                     "roofline_us": 8.4,
                     "source": "exact",
                     "provenance": {
@@ -317,10 +318,12 @@ class TilingResponse(BaseModel):
     weight_period: int = Field(description="its period: P of last_dim, R of rows (elements per value); else 0")
     mode: Mode = Field(description="the kernel the tiling is for: grad (BinaryCrossEntropyGrad) or fused")
     predicted_us: float
-    predicted_interval_us: tuple[float, float] | None = Field(
-        description="where the kernel time is expected (10th to 90th percentile of held-out measured / predicted in "
-        "the call's traffic class; narrower with a device-fitted profile); null where the profile records none"
+    predicted_interval_us: tuple[float, float] = Field(
+        description="where the kernel time is expected: the 10th to 90th percentile of held-out measured / "
+        "predicted in the call's traffic class (a device-tuned table's: its own sweep held out by key, or by "
+        "variant for a variant it did not measure); a class with too few held-out cases takes a wider band"
     )
+    predicted_interval_basis: str = Field(description="which band the interval is, and why that one")
     roofline_us: float
     source: Literal["exact", "bucket", "model"] = Field(
         description="exact: tuned at this size; bucket: the size bucket's BUFFER_NUM with block, cores and "

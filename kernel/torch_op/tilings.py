@@ -13,7 +13,8 @@ from typing import Any
 from kernel import cpu as twin
 from kernel.sources import kernel_source_hash
 from kernel.torch_op.calls import Shapes, call_variant
-from tiling_model import BadRequest, TilingData, known_socs
+from tiling_model import BadRequest, TilingData, known_socs, predict
+from tiling_model.confidence import Interval, interval
 from tiling_model.resolve import TABLES_ENV, Request, Resolver, load_tables, shipped_tables_dir
 
 #: The SoC whose tilings the CPU twin runs (the twin emulates its UB and core count).
@@ -33,6 +34,8 @@ class OpTiling:
     tiling: TilingData
     provenance: dict[str, Any]
     prepared: twin.PreparedTiling = field(repr=False, compare=False)
+    predicted_us: float = 0.0  # the cost model's time for it, under the profile the answer used
+    interval: Interval = field(default=Interval(0.0, 0.0, "nothing to launch"), compare=False)
 
     def __str__(self) -> str:
         t = self.tiling
@@ -45,6 +48,8 @@ class OpTiling:
                 if self.provenance.get("schema_version") is not None
                 else "(no table applies: the model's best)"
             )
+            + f"; predicted {self.predicted_us:.2f} us, expected {self.interval.lo_us:.2f} to {self.interval.hi_us:.2f}"
+            f" ({self.interval.basis})"
         )
 
 
@@ -78,7 +83,9 @@ def resolved(
     kernel), resolved once and kept: the key is everything the tiling depends on."""
     variant, period = call_variant(shapes, dtypes, reduction, wrt, mode)
     r = _resolver(tables).resolve(Request(soc, shapes[1], variant, weight_period=period))
-    return OpTiling(soc, r.source, r.tiling, r.provenance, twin.PreparedTiling.of(r.tiling))
+    us = predict(r.tiling, r.profile) if r.tiling.block_dim else 0.0
+    prepared = twin.PreparedTiling.of(r.tiling)
+    return OpTiling(soc, r.source, r.tiling, r.provenance, prepared, round(us, 4), interval(r.tiling, r.profile, us))
 
 
 def reload_tables() -> None:

@@ -157,8 +157,9 @@ def _predict(a: argparse.Namespace) -> int:
         "kernel": kernel.name,
         "params": t.params.as_dict(),
         **detail.as_dict(),
-        "predicted_interval_us": interval(t, soc, detail.predicted_us),
     }
+    band = interval(t, soc, detail.predicted_us)
+    doc |= {"predicted_interval_us": band.as_list(), "predicted_interval_basis": band.basis}
     if a.best:
         scored = score_space(kernel, soc, max(element_count(a.shape), 1), warm)
         i = scored.best_index()
@@ -178,8 +179,8 @@ def _predict(a: argparse.Namespace) -> int:
         f"{soc.name} {kernel.name} {a.dtype} shape={a.shape}  block_bytes={p['block_bytes']} "
         f"buffer_num={p['buffer_num']} tile_bytes={p['tile_bytes']} core_num={p['core_num']}"
     )
-    band = doc["predicted_interval_us"]
-    within = f" (expected {band[0]:.3f} to {band[1]:.3f}: held-out 10-90%)" if band else ""
+    lo, hi = doc["predicted_interval_us"]
+    within = f" (expected {lo:.3f} to {hi:.3f}: {doc['predicted_interval_basis']}, 10-90%)"
     print(
         f"predicted {doc['predicted_us']:.3f} us{within}, roofline {doc['roofline_us']:.3f} us "
         f"({100 * doc['fraction_of_roofline']:.1f}%), {doc['bottleneck']}-bound, {doc['bytes_moved']} B, "

@@ -84,9 +84,9 @@ function show(doc) {
   for (const k of KNOBS) $(k + "_out").textContent = a.params[k];
   $("predicted_us").textContent = a.predicted_us.toFixed(4);
   const band = a.predicted_interval_us;
-  $("predicted_interval").textContent = band
-    ? ` (expected ${band[0].toFixed(2)} to ${band[1].toFixed(2)} µs${a.provenance.device_fitted ? ", device-fitted" : ""})`
-    : "";
+  $("predicted_interval").textContent =
+    ` (expected ${band[0].toFixed(2)} to ${band[1].toFixed(2)} µs${a.provenance.device_fitted ? ", device-fitted" : ""})`;
+  $("predicted_interval").title = a.predicted_interval_basis;
   $("roofline_us").textContent = a.roofline_us.toFixed(4);
   $("seed_default_us").textContent = e.seed_default_us.toFixed(4);
   $("bottleneck").textContent = e.bottleneck;

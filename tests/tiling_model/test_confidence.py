@@ -1,5 +1,6 @@
-"""tiling_model.confidence: a prediction's interval is its traffic class's held-out band (the overall
-band where the class has none), nothing where the profile records no held-out errors."""
+"""tiling_model.confidence: every prediction carries an interval. A profile's band for the call's traffic
+class; its overall band where the class has none; a device fit's band by whether the sweep measured the
+variant, falling back to a band never narrower that has seen such cases; the basis says which."""
 
 from __future__ import annotations
 
@@ -8,14 +9,23 @@ import dataclasses
 import pytest
 
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc
-from tiling_model.confidence import TRAFFIC_CLASSES, interval, traffic_bytes, traffic_class
+from tiling_model.confidence import TRAFFIC_CLASSES, Interval, interval, traffic_bytes, traffic_class
 
 SOC = load_soc("Ascend910B2")
 PARAMS = TilingParams(block_bytes=512, buffer_num=2, tile_bytes=8192, core_num=20)
+MEASURED = Variant("float32", "none")
 
 
-def tiling(n: int, dtype: str = "float32"):  # type: ignore[no-untyped-def]
-    return compute_tiling([n], Variant(dtype, "none"), PARAMS, SOC, "exact")
+def tiling(n: int, variant: Variant = MEASURED):  # type: ignore[no-untyped-def]
+    return compute_tiling([n], variant, PARAMS, SOC, "exact")
+
+
+def with_calibration(calibration: dict | None):  # type: ignore[no-untyped-def]
+    return dataclasses.replace(SOC, calibration=calibration)
+
+
+def device(**fields: object) -> dict:
+    return {"device": True, "measured_variants": [MEASURED.label()], "in_sample_band": [0.98, 1.03]} | fields
 
 
 def test_the_classes_cover_every_size_once_at_their_edges() -> None:
@@ -28,21 +38,67 @@ def test_the_classes_cover_every_size_once_at_their_edges() -> None:
 def test_traffic_counts_every_stream_of_the_call() -> None:
     t = tiling(1 << 20)
     assert traffic_bytes(t) == t.kernel.streams * (1 << 20) * 4
-    assert traffic_bytes(tiling(1 << 20, "float16")) == traffic_bytes(t) // 2
+    assert traffic_bytes(tiling(1 << 20, Variant("float16", "none"))) == traffic_bytes(t) // 2
 
 
-def test_the_band_of_the_calls_class_scales_the_prediction() -> None:
-    soc = dataclasses.replace(SOC, calibration={"intervals": {"< 4 MB": [0.9, 1.2], "all": [0.5, 2.0]}})
-    small, large = tiling(4096), tiling(1 << 24)
-    assert interval(small, soc, 10.0) == (9.0, 12.0)
-    assert interval(large, soc, 10.0) == (5.0, 20.0)  # its class has no band: the overall one
+def test_every_shipped_profile_carries_a_band_for_every_class() -> None:
+    from tiling_model import known_socs
+
+    for name in known_socs():
+        soc = load_soc(name)
+        for n, (cls, *_) in zip((4096, 1 << 20, 1 << 24), TRAFFIC_CLASSES, strict=True):
+            assert traffic_class(traffic_bytes(tiling(n))) == cls
+            got = interval(tiling(n), soc, 10.0)
+            assert 0 < got.lo_us < 10.0 < got.hi_us and f"held-out {cls} band" in got.basis, (name, got)
+
+
+def test_the_band_of_the_calls_class_scales_the_prediction_and_a_class_without_one_says_so() -> None:
+    soc = with_calibration({"intervals": {"< 4 MB": [0.9, 1.2], "all": [0.5, 2.0]}})
+    assert interval(tiling(4096), soc, 10.0) == Interval(9.0, 12.0, "Ascend910B2 profile's held-out < 4 MB band")
+    large = interval(tiling(1 << 24), soc, 10.0)
+    assert (large.lo_us, large.hi_us) == (5.0, 20.0) and "no > 100 MB cases held out" in large.basis
 
 
 @pytest.mark.parametrize("calibration", [None, {}, {"intervals": "x"}, {"intervals": {"all": [1.0]}}])
-def test_no_interval_without_held_out_errors(calibration: dict | None) -> None:
-    assert interval(tiling(4096), dataclasses.replace(SOC, calibration=calibration), 10.0) is None
+def test_a_profile_without_held_out_errors_takes_the_shipped_band(calibration: dict | None) -> None:
+    got = interval(tiling(4096), with_calibration(calibration), 10.0)
+    want = interval(tiling(4096), SOC, 10.0)
+    assert (got.lo_us, got.hi_us) == (want.lo_us, want.hi_us) and "shipped Ascend910B2 profile" in got.basis
 
 
-def test_no_interval_for_a_prediction_of_nothing() -> None:
-    soc = dataclasses.replace(SOC, calibration={"intervals": {"all": [0.9, 1.1]}})
-    assert interval(tiling(4096), soc, 0.0) is None
+def test_a_profile_of_an_unshipped_soc_takes_the_widest_shipped_band() -> None:
+    got = interval(tiling(4096), dataclasses.replace(SOC, name="MyBoard", calibration=None), 10.0)
+    assert "widest" in got.basis and got.hi_us >= interval(tiling(4096), SOC, 10.0).hi_us
+
+
+def test_nothing_to_launch_is_an_empty_interval() -> None:
+    assert interval(tiling(4096), SOC, 0.0) == Interval(0.0, 0.0, "nothing to launch")
+
+
+def test_a_device_fit_uses_its_own_band_for_a_measured_variant_and_class() -> None:
+    soc = with_calibration(device(intervals={"all": [0.97, 1.04], "< 4 MB": [0.98, 1.02]},
+                                  interval_keys={"measured": {"all": 12, "< 4 MB": 5}}))  # fmt: skip
+    got = interval(tiling(4096), soc, 10.0)
+    assert (got.lo_us, got.hi_us) == (9.8, 10.2) and "measured" in got.basis and "5 keys" in got.basis
+
+
+def test_a_device_class_with_too_few_keys_joins_its_overall_band_with_the_shipped_one() -> None:
+    soc = with_calibration(device(intervals={"all": [0.97, 1.04]}, interval_keys={"measured": {"all": 4, "< 4 MB": 1}}))
+    got = interval(tiling(4096), soc, 10.0)
+    shipped = interval(tiling(4096), SOC, 10.0)
+    assert got.lo_us == min(9.7, shipped.lo_us) and got.hi_us == max(10.4, shipped.hi_us)
+    assert "too few < 4 MB keys (1)" in got.basis
+
+
+def test_an_unmeasured_variant_takes_the_band_held_out_by_variant() -> None:
+    soc = with_calibration(device(intervals={"all": [0.99, 1.01], "< 4 MB": [0.99, 1.01]},
+                                  intervals_unmeasured={"all": [0.9, 1.15], "< 4 MB": [0.92, 1.1]}))  # fmt: skip
+    other = interval(tiling(4096, Variant("float16", "mean")), soc, 10.0)
+    assert (other.lo_us, other.hi_us) == (9.2, 11.0) and "did not measure" in other.basis
+    assert interval(tiling(4096), soc, 10.0).hi_us == 10.1
+
+
+def test_a_device_fit_too_small_to_hold_out_widens_the_shipped_band_by_its_in_sample_errors() -> None:
+    soc = with_calibration(device(intervals={}, intervals_unmeasured={}, in_sample_band=[0.5, 3.0]))
+    got = interval(tiling(4096), soc, 10.0)
+    assert (got.lo_us, got.hi_us) == (5.0, 30.0) and "in-sample" in got.basis

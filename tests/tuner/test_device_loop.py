@@ -122,6 +122,47 @@ def test_the_table_carries_the_fitted_profile_and_the_service_answers_from_it(sw
     )
 
 
+def test_every_answer_of_a_device_table_carries_an_interval_that_says_its_basis(swept) -> None:
+    """The 16-key table's answers: a measured variant at an untimed size takes the device's own band held
+    out by key; a variant the sweep never measured, the band held out by variant (wider)."""
+    from service.answers import Query
+    from service.store import load_snapshot
+
+    tmp, _, table = swept
+    fit = table.device["fit"]
+    assert fit["measured_variants"] == sorted({k.variant.label() for k in keys()})
+    assert fit["interval_keys"]["measured"]["all"] == 16 and fit["interval_keys"]["unmeasured"]["all"] == 16
+    answers = load_snapshot(tmp).answers
+    measured = answers.resolve(Query(SOC.name, (20000,), Variant("float16", "mean", "none"), ()))
+    untuned = answers.resolve(Query(SOC.name, (20000,), Variant("bfloat16", "sum", "none"), ()))
+    for doc in (measured, untuned):
+        lo, hi = doc["predicted_interval_us"]
+        assert lo < doc["predicted_us"] < hi
+    assert "this device's held-out" in measured["predicted_interval_basis"]
+    assert "did not measure" in untuned["predicted_interval_basis"]
+    wide = untuned["predicted_interval_us"][1] / untuned["predicted_interval_us"][0]
+    assert wide >= measured["predicted_interval_us"][1] / measured["predicted_interval_us"][0]
+
+
+def test_a_four_key_fit_still_holds_keys_and_variants_out() -> None:
+    """Intervals came from 10 keys or more (a 4-key sweep's answers had none): now leave-one-key-out from
+    3 keys, and variants from 2."""
+    from model_tools.calibrate import fit_device
+    from tuner.learning import measurements
+    from tuner.study import tune
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.InMemoryStorage()
+    backend = SyntheticBackend(DEVICE, seed=3)
+    four = keys()[:4]
+    for key in four:
+        tune(key, backend, storage, 8)
+    summary = fit_device(measurements(storage, SOC, backend.name), SOC).summary()
+    assert summary["keys"] == 4 and summary["interval_keys"]["measured"]["all"] == 4
+    assert "all" in summary["intervals"] and "all" in summary["intervals_unmeasured"]
+    assert summary["in_sample_band"][0] <= 1.0 <= summary["in_sample_band"][1]
+
+
 def test_socs_shows_the_profile_answers_use(swept) -> None:
     """GET /socs over a device-tuned table: its fitted profile (hash and all), as /tiling answers with it."""
     from fastapi.testclient import TestClient
