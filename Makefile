@@ -66,7 +66,7 @@ FAST_MARKERS := not slow and not kernel_sweep and not toolchain and not browser 
 test-fast: $(STAMP) $(NPU_SITE)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	BCETUNE_SERVICES=none bash .ci/with-services.sh $(PY) -m pytest -n auto -m "$(FAST_MARKERS)"
+	BCETUNE_SERVICES=none bash .ci/with-services.sh $(PY) -m pytest -n auto -m "$(FAST_MARKERS)" --hypothesis-profile=fast
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -29,6 +29,7 @@ def npu_user_env() -> dict[str, str] | None:
 
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=150, deadline=None)
+settings.register_profile("fast", max_examples=40, deadline=None)  # make test-fast's edit loop
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 

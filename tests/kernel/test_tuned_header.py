@@ -9,6 +9,7 @@ and variants per SoC.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ from tuner.export_header import HEADER_PATH, render
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = {t.soc: t for t in (load_table(p) for p in sorted(SHIPPED_TABLES.glob("*.json")))}
-PER_SOC = 1500  # random (variant, size) calls per SoC in the parity test
+PER_SOC = 1500 if os.environ.get("CI") else 400  # random (variant, size) calls per SoC in the parity test
 
 
 def test_committed_header_is_current() -> None:
