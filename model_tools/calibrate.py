@@ -544,7 +544,7 @@ def _fit_device(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...
         fitted = fit(cases, replace(base, knob_correction=correction), free, start=start)
         hardware = fitted.apply(base)
         logs = -np.log1p(errors([cases[i] for i in ours], hardware))  # log(measured / predicted)
-        correction = fit_correction([configs[i] for i in ours], [float(x) for x in logs])
+        correction = fit_correction([configs[i] for i in ours], [float(x) for x in logs], [cases[i].key for i in ours])
         start = hardware
     return fitted, correction
 

@@ -25,10 +25,12 @@ BUFFER_CLASSES = 5  # BUFFER_NUM 0 .. 4
 ALIGN_CLASSES = 4  # a tile's largest divisor among 512 B, 1 KiB, 2 KiB, 4 KiB (0: below 512 B)
 CORE_CLASSES = 65  # cores that run, 0 .. 64
 GM_ALIGN_BYTES = 512
-#: The ridge penalty on each log factor, in units of the residuals' variance: with ~0.03 of noise in
-#: log time, a class needs a handful of consistent measurements before its factor moves by the effect
-#: (3: chosen on the stand-in device of bench-search, where 8 learnt too slowly and 1 overfitted).
-RIDGE = 3.0
+#: The ridge penalties tried on each log factor, in units of the residuals' robust variance; the one
+#: whose fits predict held-out keys best is kept, and none at all (every factor 1) where no penalty
+#: predicts them better than the residuals' mean does: noise alone fits no correction.
+RIDGES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+#: Folds of the held-out choice (of keys where the caller names them, else of rows).
+RIDGE_FOLDS = 5
 #: A factor stays within this of 1 (what a knob class could plausibly do on its own).
 MAX_LOG_FACTOR = math.log(1.5)
 
@@ -124,33 +126,78 @@ class KnobCorrection:
 IDENTITY = KnobCorrection()
 
 
+def _design(configs: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
+    """One indicator column per class of each knob (block, buffers, alignment, cores), rows as configs."""
+    x = np.zeros((len(configs), _OFFSETS[-1] + CORE_CLASSES))
+    for i, (block, bn, tile, cores) in enumerate(configs):
+        for off, cls in zip(
+            _OFFSETS, (block_class(block), buffer_class(bn), align_class(tile), core_class(cores)), strict=True
+        ):
+            x[i, off + cls] = 1.0
+    return x
+
+
+_OFFSETS = (0, BLOCK_CLASSES, BLOCK_CLASSES + BUFFER_CLASSES, BLOCK_CLASSES + BUFFER_CLASSES + ALIGN_CLASSES)
+
+
+def _ridge(x: np.ndarray, y: np.ndarray, penalty: float) -> tuple[float, np.ndarray]:
+    """Intercept (not penalised: a bias every class shares is not any class's) and class terms."""
+    mean = float(y.mean())
+    xc = x - x.mean(axis=0)
+    beta = np.linalg.solve(xc.T @ xc + penalty * np.eye(x.shape[1]), xc.T @ (y - mean))
+    return mean - float(x.mean(axis=0) @ beta), beta
+
+
+def choose_ridge(x: np.ndarray, y: np.ndarray, variance: float, groups: np.ndarray) -> float | None:
+    """The penalty (of ``RIDGES``, times ``variance``) whose fits predict held-out folds of ``groups`` best,
+    or None where none beats the training folds' mean (no correction)."""
+    ids = np.unique(groups)
+    k = min(RIDGE_FOLDS, ids.size)
+    if k < 2:
+        return None
+    fold_of = {g: i % k for i, g in enumerate(ids)}
+    fold = np.array([fold_of[g] for g in groups])
+    errors = np.zeros(len(RIDGES) + 1)  # the last: the mean alone
+    for f in range(k):
+        train, test = fold != f, fold == f
+        if not train.any() or not test.any():
+            continue
+        errors[-1] += float(((y[test] - y[train].mean()) ** 2).sum())
+        for j, r in enumerate(RIDGES):
+            b0, beta = _ridge(x[train], y[train], r * variance)
+            errors[j] += float(((y[test] - b0 - x[test] @ beta) ** 2).sum())
+    best = int(np.argmin(errors))  # ties: the first, the smaller penalty; the mean only when it is strictly best
+    return None if best == len(RIDGES) else RIDGES[best] * variance
+
+
 def fit_correction(
-    configs: Sequence[tuple[int, int, int, int]], log_residuals: Sequence[float], ridge: float = RIDGE
+    configs: Sequence[tuple[int, int, int, int]],
+    log_residuals: Sequence[float],
+    groups: Sequence[str] | None = None,
 ) -> KnobCorrection:
     """The correction that best explains ``log(measured / predicted)`` of measured configurations
-    (block, buffer_num, tile, cores that run), ridge-regularised towards 1 and clipped to
-    ``MAX_LOG_FACTOR``. The penalty is ``ridge`` times the residuals' robust variance (MAD), so it means
-    the same whatever the noise. Residuals far out (beyond 5 MADs, e.g. a disturbed measurement) are left
-    out."""
+    (block, buffer_num, tile, cores that run): ridge regression with an intercept (a bias every class
+    shares is left to the hardware parameters, not spread over the classes), its penalty chosen by
+    held-out error over folds of ``groups`` (the study keys; of rows where they name fewer than two), factors clipped to
+    ``MAX_LOG_FACTOR``. Where no penalty predicts held-out folds better than the mean, every factor is 1.
+    Residuals far out (beyond 5 MADs, e.g. a disturbed measurement) are left out."""
     r = np.asarray(log_residuals, dtype=float)
     if r.size == 0:
         return IDENTITY
     med = float(np.median(r))
     mad = 1.4826 * float(np.median(np.abs(r - med)))
     keep = np.abs(r - med) <= 5 * mad if mad > 0 else np.ones(r.size, dtype=bool)
-    offsets = (0, BLOCK_CLASSES, BLOCK_CLASSES + BUFFER_CLASSES, BLOCK_CLASSES + BUFFER_CLASSES + ALIGN_CLASSES)
-    cols = offsets[-1] + CORE_CLASSES
-    rows = [c for c, k in zip(configs, keep, strict=True) if k]
-    x = np.zeros((len(rows), cols))
-    for i, (block, bn, tile, cores) in enumerate(rows):
-        for off, cls in zip(
-            offsets, (block_class(block), buffer_class(bn), align_class(tile), core_class(cores)), strict=True
-        ):
-            x[i, off + cls] = 1.0
+    x = _design([c for c, k in zip(configs, keep, strict=True) if k])
     y = r[keep]
-    variance = max(mad * mad, 1e-6)
-    a = x.T @ x + ridge * variance * np.eye(cols)
-    beta = np.clip(np.linalg.solve(a, x.T @ y), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
+    g = np.asarray(groups if groups is not None else range(r.size), dtype=object)[keep]
+    if np.unique(g).size < 2:  # one key (or none named): folds of rows
+        g = np.arange(y.size, dtype=object)
+    penalty = choose_ridge(x, y, max(mad * mad, 1e-6), g)
+    if penalty is None:
+        return IDENTITY
+    _, beta = _ridge(x, y, penalty)
+    beta = np.clip(beta, -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
+    cols = x.shape[1]
     factors = [math.exp(float(b)) if x[:, i].any() else 1.0 for i, b in enumerate(beta)]
-    cut = [*offsets, cols]
+    cut = [*_OFFSETS, cols]
     return KnobCorrection(*(tuple(factors[cut[j] : cut[j + 1]]) for j in range(4)))

@@ -1,14 +1,17 @@
 """tiling_model.correction: a device's knob correction travels whole (JSON, profiles, tables): the
-core-count factors the sweep fits are kept, count in `identity`, and change the prediction."""
+core-count factors the sweep fits are kept, count in `identity`, and change the prediction; the fit finds
+knob effects, leaves a shared bias to its intercept and fits nothing to noise."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict
-from tiling_model.correction import CORE_CLASSES, KnobCorrection
+from tiling_model.correction import CORE_CLASSES, KnobCorrection, fit_correction
 from tiling_model.soc import profile_from_json, profile_to_json
 
 
@@ -43,3 +46,34 @@ def test_a_document_from_before_core_counts_were_kept_reads_as_factors_of_one() 
     assert c.cores == (1.0,) * CORE_CLASSES and c.buffer[1] == 1.1
     with pytest.raises(ValueError, match="block, buffer, align"):
         KnobCorrection.from_json({"block": [1.0] * 16})
+
+
+def _configs(rng: np.random.Generator, rows: int) -> list[tuple[int, int, int, int]]:
+    return [
+        (int(rng.choice([512, 2048, 8192])), int(rng.integers(1, 5)), 512 * int(rng.integers(2, 40)),
+         int(rng.integers(8, 49)))
+        for _ in range(rows)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_alone_fits_no_correction(seed: int) -> None:
+    """Residuals of pure noise (sd 0.02) and a shared bias, over 12 keys: every factor is 1 (the old fit,
+    a fixed penalty and no intercept, gave factors with sd ~0.02 and spread the bias over every class)."""
+    rng = np.random.default_rng(seed)
+    configs = _configs(rng, 240)
+    keys = [f"k{i % 12}" for i in range(240)]
+    residuals = 0.05 + rng.normal(0.0, 0.02, 240)
+    assert fit_correction(configs, residuals, keys).identity
+
+
+def test_a_knob_effect_is_found_and_a_shared_bias_is_not_spread_over_the_classes() -> None:
+    rng = np.random.default_rng(7)
+    configs = _configs(rng, 400)
+    keys = [f"k{i % 20}" for i in range(400)]
+    effect = {1: 0.10, 2: 0.0, 3: 0.0, 4: -0.04}  # BUFFER_NUM 1 10% slow, 4 4% fast
+    residuals = [0.2 + effect[bn] + rng.normal(0.0, 0.01) for _, bn, _, _ in configs]
+    c = fit_correction(configs, residuals, keys)
+    b = [math.log(c.buffer[i]) for i in range(1, 5)]
+    assert b[0] - b[1] == pytest.approx(0.10, abs=0.02) and b[3] - b[1] == pytest.approx(-0.04, abs=0.02)
+    assert abs(np.mean(b)) < 0.05  # the 0.2 bias is the intercept's, not the classes'
