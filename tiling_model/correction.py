@@ -25,12 +25,15 @@ BUFFER_CLASSES = 5  # BUFFER_NUM 0 .. 4
 ALIGN_CLASSES = 4  # a tile's largest divisor among 512 B, 1 KiB, 2 KiB, 4 KiB (0: below 512 B)
 CORE_CLASSES = 65  # cores that run, 0 .. 64
 GM_ALIGN_BYTES = 512
-#: The ridge penalties tried on each log factor, in units of the residuals' robust variance; the one
-#: whose fits predict held-out keys best is kept, and none at all (every factor 1) where no penalty
-#: predicts them better than the residuals' mean does: noise alone fits no correction.
-RIDGES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
-#: Folds of the held-out choice (of keys where the caller names them, else of rows).
-RIDGE_FOLDS = 5
+#: The ridge penalty on each log factor, in units of the residuals' variance: with ~0.03 of noise in
+#: log time, a class needs a handful of consistent measurements before its factor moves by the effect
+#: (3: chosen on the stand-in device of bench-search, where 8 learnt too slowly and 1 overfitted; a
+#: penalty chosen per fit by held-out error, with an intercept, was measured worse there: 0.55% / 89% of
+#: keys within 2% at 20 trials against 0.40-0.44% / 90-93%).
+RIDGE = 3.0
+#: Folds of the held-out check that a correction predicts better than none (of keys where there are as
+#: many, else of rows).
+CHECK_FOLDS = 5
 #: A factor stays within this of 1 (what a knob class could plausibly do on its own).
 MAX_LOG_FACTOR = math.log(1.5)
 
@@ -140,34 +143,28 @@ def _design(configs: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
 _OFFSETS = (0, BLOCK_CLASSES, BLOCK_CLASSES + BUFFER_CLASSES, BLOCK_CLASSES + BUFFER_CLASSES + ALIGN_CLASSES)
 
 
-def _ridge(x: np.ndarray, y: np.ndarray, penalty: float) -> tuple[float, np.ndarray]:
-    """Intercept (not penalised: a bias every class shares is not any class's) and class terms."""
-    mean = float(y.mean())
-    xc = x - x.mean(axis=0)
-    beta = np.linalg.solve(xc.T @ xc + penalty * np.eye(x.shape[1]), xc.T @ (y - mean))
-    return mean - float(x.mean(axis=0) @ beta), beta
+def _ridge(x: np.ndarray, y: np.ndarray, penalty: float) -> np.ndarray:
+    """Class terms, every one pulled towards 0 (a factor of 1)."""
+    beta: np.ndarray = np.linalg.solve(x.T @ x + penalty * np.eye(x.shape[1]), x.T @ y)
+    return beta
 
 
-def choose_ridge(x: np.ndarray, y: np.ndarray, variance: float, groups: np.ndarray) -> float | None:
-    """The penalty (of ``RIDGES``, times ``variance``) whose fits predict held-out folds of ``groups`` best,
-    or None where none beats the training folds' mean (no correction)."""
+def predicts_held_out(x: np.ndarray, y: np.ndarray, penalty: float, groups: np.ndarray) -> bool:
+    """Whether the ridge fit predicts held-out folds of ``groups`` better than no correction (log
+    residual 0) does: noise alone does not, so it fits no correction."""
     ids = np.unique(groups)
-    k = min(RIDGE_FOLDS, ids.size)
+    k = min(CHECK_FOLDS, ids.size)
     if k < 2:
-        return None
+        return False
     fold_of = {g: i % k for i, g in enumerate(ids)}
     fold = np.array([fold_of[g] for g in groups])
-    errors = np.zeros(len(RIDGES) + 1)  # the last: the mean alone
+    fitted = none = 0.0
     for f in range(k):
         train, test = fold != f, fold == f
-        if not train.any() or not test.any():
-            continue
-        errors[-1] += float(((y[test] - y[train].mean()) ** 2).sum())
-        for j, r in enumerate(RIDGES):
-            b0, beta = _ridge(x[train], y[train], r * variance)
-            errors[j] += float(((y[test] - b0 - x[test] @ beta) ** 2).sum())
-    best = int(np.argmin(errors))  # ties: the first, the smaller penalty; the mean only when it is strictly best
-    return None if best == len(RIDGES) else RIDGES[best] * variance
+        beta = _ridge(x[train], y[train], penalty)
+        fitted += float(((y[test] - x[test] @ beta) ** 2).sum())
+        none += float((y[test] ** 2).sum())
+    return fitted < none
 
 
 def fit_correction(
@@ -176,11 +173,11 @@ def fit_correction(
     groups: Sequence[str] | None = None,
 ) -> KnobCorrection:
     """The correction that best explains ``log(measured / predicted)`` of measured configurations
-    (block, buffer_num, tile, cores that run): ridge regression with an intercept (a bias every class
-    shares is left to the hardware parameters, not spread over the classes), its penalty chosen by
-    held-out error over folds of ``groups`` (the study keys; of rows where they name fewer than two), factors clipped to
-    ``MAX_LOG_FACTOR``. Where no penalty predicts held-out folds better than the mean, every factor is 1.
-    Residuals far out (beyond 5 MADs, e.g. a disturbed measurement) are left out."""
+    (block, buffer_num, tile, cores that run), ridge-regularised towards 1 and clipped to
+    ``MAX_LOG_FACTOR``. The penalty is ``RIDGE`` times the residuals' robust variance (MAD), so it means
+    the same whatever the noise. Every factor is 1 unless the fit predicts held-out folds (of ``groups``,
+    the study keys, where there are ``CHECK_FOLDS``; else of rows) better than no correction: noise alone
+    fits none. Residuals far out (beyond 5 MADs, e.g. a disturbed measurement) are left out."""
     r = np.asarray(log_residuals, dtype=float)
     if r.size == 0:
         return IDENTITY
@@ -190,14 +187,12 @@ def fit_correction(
     x = _design([c for c, k in zip(configs, keep, strict=True) if k])
     y = r[keep]
     g = np.asarray(groups if groups is not None else range(r.size), dtype=object)[keep]
-    if np.unique(g).size < 2:  # one key (or none named): folds of rows
+    if np.unique(g).size < CHECK_FOLDS:  # too few keys to hold whole ones out: folds of rows
         g = np.arange(y.size, dtype=object)
-    penalty = choose_ridge(x, y, max(mad * mad, 1e-6), g)
-    if penalty is None:
+    penalty = RIDGE * max(mad * mad, 1e-6)
+    if not predicts_held_out(x, y, penalty, g):
         return IDENTITY
-    _, beta = _ridge(x, y, penalty)
-    beta = np.clip(beta, -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
-    cols = x.shape[1]
+    beta = np.clip(_ridge(x, y, penalty), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
     factors = [math.exp(float(b)) if x[:, i].any() else 1.0 for i, b in enumerate(beta)]
-    cut = [*_OFFSETS, cols]
+    cut = [*_OFFSETS, x.shape[1]]
     return KnobCorrection(*(tuple(factors[cut[j] : cut[j + 1]]) for j in range(4)))

@@ -54,26 +54,49 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]
     return tmp, records, table
 
 
-def test_the_fitted_profile_moves_toward_the_devices(swept) -> None:
-    _, _, table = swept
-    fitted, truth = table.profile(), DEVICE.hardware
-    assert table.device is not None and not fitted.knob_correction.identity
-    assert abs(fitted.hbm_gbps - truth.hbm_gbps) < abs(SOC.hbm_gbps - truth.hbm_gbps)
-    # the device's times (its hardware and its knob effects) of configurations no key measured: far closer
+def unseen_errors(device: SyntheticDevice, profile: object) -> list[float]:
+    """|predicted / true - 1| on 60 configurations no key measured (random sizes, dtypes and knobs)."""
     rng = np.random.default_rng(0)
-    shipped_err, fitted_err = [], []
+    out = []
     for _ in range(60):
         n = int(np.exp(rng.uniform(np.log(2e3), np.log(4e7))))
         v = Variant(str(rng.choice(["float16", "float32", "bfloat16"])), "none", "full")
         p = TilingParams(int(rng.choice([512, 2048, 8192])), int(rng.integers(1, 3)), 512 * int(rng.integers(4, 30)),
                          int(rng.integers(8, 49)))  # fmt: skip
         t = compute_tiling([n], v, p, SOC)
-        real = DEVICE.truth_us(t)
-        shipped_err.append(abs(predict(t, SOC) / real - 1))
-        fitted_err.append(abs(predict(t, fitted) / real - 1))
-    assert statistics.median(fitted_err) < statistics.median(shipped_err) / 2
+        out.append(abs(predict(t, profile) / device.truth_us(t) - 1))  # type: ignore[arg-type]
+    return out
+
+
+def test_the_fitted_profile_predicts_the_device_better(swept) -> None:
+    _, _, table = swept
+    assert table.device is not None and not table.profile().knob_correction.identity
+    # the device's times of configurations no key measured (device 4: its hardware and knob effects)
+    assert statistics.median(unseen_errors(DEVICE, table.profile())) < statistics.median(unseen_errors(DEVICE, SOC))
     fit = table.device["fit"]
     assert fit["median"] < fit["median_before"] and fit["held_out_median"] < fit["median_before"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_on_every_stand_in_device_the_fit_predicts_held_out_keys_better(seed: int) -> None:
+    """What holds on all five devices: the fit predicts keys it did not see (folds of keys) better than the
+    shipped profile does. Not asserted, because it does not hold for all: that each hardware parameter
+    moves toward the device's (HBM moved away on two seeds), that the error halves (three did not), or
+    that configurations far from the sweep's keys improve (device 1: 2.0% against the shipped 1.8% on
+    ``unseen_errors``'s bfloat16 and buffer counts the keys never ran): the fit is a curve fit of what the
+    sweep's keys exercise, not a measurement of the hardware."""
+    from model_tools.calibrate import fit_device
+    from tuner.learning import measurements
+    from tuner.study import tune
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    device = SyntheticDevice(SOC, seed=seed)
+    storage = optuna.storages.InMemoryStorage()
+    backend = SyntheticBackend(device, seed=seed)
+    for key in keys()[:8]:
+        tune(key, backend, storage, 12)
+    fit = fit_device(measurements(storage, SOC, backend.name), SOC).summary()
+    assert fit["held_out_median"] < fit["median_before"] and fit["median"] < fit["median_before"]
 
 
 def test_later_keys_need_fewer_trials_and_find_better_tilings(swept, tmp_path: Path) -> None:
