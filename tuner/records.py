@@ -8,6 +8,8 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from tiling_model import TilingData
 from tuner.key import StudyKey
 from tuner.protocol import Measurement
@@ -28,9 +30,13 @@ class RecordLog:
         m: Measurement,
         predicted_us: float,
         predicted_device_us: float | None = None,
+        raced: list[float] | None = None,
     ) -> None:
         """One measured configuration: what the shipped model predicted, what the device model of the
-        moment predicted (a timed sweep's), and what was measured."""
+        moment predicted (a timed sweep's), and what was measured. ``raced``: every sample the race took
+        of it (its first measurement's and its rounds'), which the sweep's learner fits to as their median:
+        the record says the same."""
+        samples = list(raced) if raced else list(m.samples)
         rec = {
             "soc": key.soc,
             "backend": backend,
@@ -39,9 +45,9 @@ class RecordLog:
             "shape": list(t.shape),
             "weight_period": t.fields.weightPeriod or None,
             "params": t.params.as_dict(),
-            "measured_us": m.median_us,
-            "iqr_us": m.iqr_us,
-            "samples": list(m.samples),
+            "measured_us": float(np.median(samples)) if raced else m.median_us,
+            "iqr_us": float(np.subtract(*np.percentile(samples, [75, 25]))) if raced else m.iqr_us,
+            "samples": samples,
             "predicted_us": predicted_us,
             "predicted_device_us": predicted_device_us,
             "l2": "cold",

@@ -32,6 +32,7 @@ from tuner.backends import Backend
 from tuner.key import StudyKey
 from tuner.learning import PRIOR_SIGMA, DeviceModel, key_attrs
 from tuner.protocol import (
+    Measurement,
     MeasurementProtocol,
     measure,
     needs_flush,
@@ -479,15 +480,20 @@ def _tune_race(
         attrs |= m.as_attrs() | {"spread_us": m.iqr_us}
         study.add_trial(optuna.trial.create_trial(params=space.point_of(e.params), distributions=dists,
                                                   value=m.median_us, user_attrs=attrs))  # fmt: skip
-        if records is not None:
-            records.write(key, backend.name, t, m, float(attrs["predicted_us"]),  # type: ignore[arg-type]
-                          predicted_device_us=float(attrs["predicted_device_us"]))  # type: ignore[arg-type]  # fmt: skip
+        to_record[e.key] = (t, m, float(attrs["predicted_us"]), float(attrs["predicted_device_us"]))  # type: ignore[arg-type]
         known[e.key] = e
         return e
+
+    to_record: dict[tuple[int, ...], tuple[TilingData, Measurement, float, float]] = {}
 
     leader, measured, in_band = search(space, key.size, model, trials, measure_new, backend, key.seed(), plan,
                                        protocol.warmup, lambda e: needs_flush(e.tiling, soc))  # fmt: skip
     study.set_user_attr("race", {_knob_text(e): e.samples for e in measured})
+    if records is not None:  # after the race: each record holds every sample the learner will fit to
+        for e in measured:
+            if e.key in to_record:
+                tiling, first, predicted, device = to_record[e.key]
+                records.write(key, backend.name, tiling, first, predicted, predicted_device_us=device, raced=e.samples)
     default = entrant_of(space, key.size, space.default_params(), [])
     seed_us = (
         known[default.key].median() if default.key in known else measure(backend, default.tiling, protocol).median_us

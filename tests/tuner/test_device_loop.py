@@ -293,3 +293,25 @@ def test_two_workers_on_one_storage_race_each_key_once_and_write_the_same_table(
             tuple(t.user_attrs[k] for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")) for t in trials
         ]
         assert len(knobs) == len(set(knobs)) <= 10, s.study_name  # no configuration measured twice
+
+
+def test_records_hold_every_sample_the_learner_fits(tmp_path: Path) -> None:
+    """A raced key's records carry each configuration's samples from its rounds too, and the median the
+    sweep's learner fits to, so ``calibrate --records`` fits what the sweep fitted (records once kept only
+    the first 5 samples, while the learner used all)."""
+    from tuner.learning import measurements
+    from tuner.study import tune
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.InMemoryStorage()
+    backend = SyntheticBackend(DEVICE, seed=5)
+    log = RecordLog(tmp_path / "runs.jsonl")
+    tune(keys()[0], backend, storage, 10, records=log, strategy="race")
+    recs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    learnt = {
+        tuple(m.launches[0].params.as_dict().values()): m.measured_us for m in measurements(storage, SOC, backend.name)
+    }
+    assert len(recs) == len(learnt) and any(len(r["samples"]) > 5 for r in recs)  # some were raced further
+    for r in recs:
+        assert r["measured_us"] == pytest.approx(learnt[tuple(r["params"].values())], rel=1e-12)
+        assert r["measured_us"] == pytest.approx(float(np.median(r["samples"])), rel=1e-12)
