@@ -269,9 +269,11 @@ def read_data(
 
 @dataclass(frozen=True)
 class Fitted:
-    """Fitted values of profile fields (and of the DMA curves' scales)."""
+    """Fitted values of profile fields (and of the DMA curves' scales), and the parameters asked for that
+    the data cannot constrain (kept at the profile's value), each with why."""
 
     values: dict[str, float]
+    not_fitted: dict[str, str] = field(default_factory=dict)
 
     def apply(self, soc: SocProfile) -> SocProfile:
         values: dict[str, Any] = {k: v for k, v in self.values.items() if k not in CURVE_SCALES}
@@ -338,6 +340,10 @@ def fit(
     unknown = [p for p in free if p not in BOUNDS]
     if unknown:
         raise CalibrationError(f"cannot fit {', '.join(unknown)}; free parameters: {', '.join(BOUNDS)}")
+    not_fitted = {p: why for p in free if (why := unconstrained(p, data))}
+    free = tuple(p for p in free if p not in not_fitted)
+    if not free:
+        return Fitted({}, not_fitted)
     peaks = {"hbm_gbps": soc.hbm_peak_gbps, "l2_gbps": soc.l2_peak_gbps, "l2_half_bytes": 2.0 * soc.l2_bytes}
     floors = {"hbm_gbps": HBM_FLOOR * soc.hbm_peak_gbps}
     lo = np.array([max(BOUNDS[p][0], floors.get(p, -np.inf)) for p in free])
@@ -358,7 +364,18 @@ def fit(
         residual, x0 / scale, bounds=(lo / scale, hi / scale), diff_step=1e-3, max_nfev=MAX_NFEV, loss=LOSS,
         f_scale=f_scale,
     )  # fmt: skip
-    return Fitted({p: round_value(p, float(v)) for p, v in zip(free, result.x * scale, strict=True)})
+    return Fitted({p: round_value(p, float(v)) for p, v in zip(free, result.x * scale, strict=True)}, not_fitted)
+
+
+def unconstrained(param: str, cases: Sequence[Measured]) -> str | None:
+    """Why the cases cannot constrain ``param`` (None: they can): the L2 bandwidth enters only where some
+    traffic hits L2 (a warm or steady state), the SoC's steady-state curve only in the steady state."""
+    states = [m.l2 for m in cases]
+    if param == "l2_gbps" and all(s is False for s in states):
+        return "every case was measured with L2 cold: nothing hits L2"
+    if param in ("l2_half_bytes", "l2_falloff") and not any(isinstance(s, str) and s == "steady" for s in states):
+        return "no case was measured in the steady L2 state its curve describes"
+    return None
 
 
 def round_value(param: str, value: float) -> float:
@@ -457,6 +474,7 @@ class CalibrationResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "fitted": self.fitted.values,
+            **({"not_fitted": self.fitted.not_fitted} if self.fitted.not_fitted else {}),
             "cases": len(self.cases),
             "median_abs_rel_error_before": round(float(np.median(np.abs(self.before))), 4),
             "median": round(float(np.median(np.abs(self.after))), 4),
@@ -510,6 +528,7 @@ class DeviceFit:
             "cases": len(self.cases),
             "keys": len({m.key for m in self.cases}),
             "fitted": self.fitted.values,
+            **({"not_fitted": self.fitted.not_fitted} if self.fitted.not_fitted else {}),
             "knob_correction": self.correction.summary(),
             "median_before": round(float(np.median(np.abs(self.before))), 4),
             "median": round(float(np.median(np.abs(self.after))), 4),

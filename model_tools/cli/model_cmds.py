@@ -75,7 +75,8 @@ def add_model_commands(sub: SubParsers) -> None:
         type=Path,
         action="append",
         help="measurements to refit the hardware parameters to (repeatable): calibration CSVs of --kernel, "
-        "JSON-lines records, or a directory like data/calibration; without --data and --records: the shipped fit",
+        "JSON-lines records, or a directory like data/calibration; records of bcetune's kernel among them are "
+        "fitted as --records fits them; without --data and --records: the shipped fit",
     )
     c.add_argument(
         "--records",
@@ -87,7 +88,8 @@ def add_model_commands(sub: SubParsers) -> None:
     c.add_argument(
         "--free",
         type=csv_of(tuple(_FITTABLE)),
-        help="the parameters to fit (default: the shipped fit's for --data, the device's for --records)",
+        help="the parameters to fit (default: the device's where bcetune's kernel was recorded, else the shipped "
+        "fit's); one the data cannot constrain (an L2 parameter of cold-L2 cases) is reported and kept",
     )
     c.add_argument("--calibration-dir", type=Path, default=Path("data/calibration"), help="the shipped measurements")
     c.add_argument("--no-loo", action="store_true", help="skip the leave-one-operator-out folds (~1 min)")
@@ -202,20 +204,20 @@ def _calibrate(a: argparse.Namespace) -> int:
     if not a.data and not a.records:
         return _calibrate_shipped(a)
     soc = load_soc(a.soc)
-    if a.records:
-        cases = [m for path in a.records for m in cal.read_records(path, soc)]
-        if a.data:
-            cases += cal.read_data(a.data, soc, a.kernel, l2_state(a.csv_l2))
+    # One path, whichever flag names the files: records of bcetune's own kernel (the tuner's, read by
+    # --records or by --data from a .jsonl) get the device fit (hardware and knob correction, held out by
+    # key); measurements of other operators alone get the hardware fit.
+    cases = [m for path in a.records or [] for m in cal.read_records(path, soc)]
+    cases += cal.read_data(a.data or [], soc, a.kernel, l2_state(a.csv_l2))
+    sources = [str(p) for p in (*(a.records or []), *(a.data or []))]
+    if any(m.op == "bce_grad" for m in cases):
         device = cal.fit_device(cases, soc, tuple(a.free) if a.free else cal.DEVICE_PARAMS)
         profile, summary = device.profile, device.summary()
-        sources = [str(p) for p in (*a.records, *(a.data or []))]
         residuals = [(m, e) for m, e in zip(device.cases, device.after, strict=True)]
     else:
-        cases = cal.read_data(a.data, soc, a.kernel, l2_state(a.csv_l2))
         result = cal.calibrate(soc, cases, tuple(a.free) if a.free else cal.PARAMS)
         profile, doc = result.profile, result.as_dict()
         summary = {k: v for k, v in doc.items() if k != "residuals"}
-        sources = [str(p) for p in a.data]
         residuals = [(m, e) for m, e in zip(result.cases, result.after, strict=True)]
     summary = {"data": sources, **summary}
     if a.out:
@@ -242,6 +244,8 @@ def _calibrate(a: argparse.Namespace) -> int:
     for k, v in summary["fitted"].items():
         start = getattr(soc, k) if hasattr(soc, k) else 1.0
         print(f"  {k:<20} {start:>12.4f} -> {v:>12.4f}")
+    for k, why in summary.get("not_fitted", {}).items():
+        print(f"  {k:<20} not fitted, kept at the profile's {getattr(soc, k):g}: {why}")
     if summary.get("knob_correction"):
         print(f"  knob correction: {summary['knob_correction']}")
     for m, e in residuals:

@@ -227,3 +227,41 @@ def test_the_profiles_dma_curves_are_the_measurements_in_the_repository() -> Non
         for path, curve in (("GM_TO_UB_910b1", soc.mte2_curve_kib_us), ("UB_TO_GM_910b1", soc.mte3_curve_kib_us)):
             for kib, us in curve:
                 assert table[(path, float(kib))] == pytest.approx(us, abs=1e-4), (name, path, kib)
+
+
+def test_l2_parameters_cold_cases_cannot_constrain_keep_the_profiles_and_are_reported() -> None:
+    """Cold-L2 cases never touch the L2 fields: a fit asked for them keeps the profile's values (it once
+    ended at its start values, l2_half_bytes 295 MB -> 100 MB) and says why."""
+    truth = replace(SOC, launch_us=4.0, hbm_gbps=1300.0)
+    launches = [
+        tile_kernel(named_kernel("sigmoid", "float16"), [n], TilingParams(), SOC) for n in (2**k for k in range(12, 26))
+    ]
+    result = calibrate(SOC, synthetic(truth, launches, False))
+    assert set(result.fitted.values) == {"launch_us", "core_start_us", "hbm_gbps"}
+    assert set(result.fitted.not_fitted) == {"l2_gbps", "l2_half_bytes", "l2_falloff"}
+    assert (result.profile.l2_half_bytes, result.profile.l2_falloff) == (SOC.l2_half_bytes, SOC.l2_falloff)
+    assert "cold" in result.as_dict()["not_fitted"]["l2_gbps"]
+    steady = calibrate(SOC, synthetic(truth, launches, "steady"))
+    assert not steady.fitted.not_fitted and "l2_half_bytes" in steady.fitted.values
+
+
+def test_calibrate_fits_the_tuners_records_alike_whichever_flag_names_them(tmp_path: Path) -> None:
+    """`--data runs.jsonl` and `--records runs.jsonl` are one fit: the device's (knob correction included)."""
+    import optuna
+
+    from tuner.key import StudyKey
+    from tuner.records import RecordLog
+    from tuner.study import tune
+    from tuner.synthetic import SyntheticBackend, SyntheticDevice
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    backend = SyntheticBackend(SyntheticDevice(SOC, seed=2), seed=1)
+    log = RecordLog(tmp_path / "runs.jsonl")
+    storage = optuna.storages.InMemoryStorage()
+    for n in (16384, 1 << 20, 1 << 22):
+        tune(StudyKey(SOC.name, Variant("float16", "none", "none"), n), backend, storage, 8, records=log)
+    docs = [json.loads(run("calibrate", flag, str(tmp_path / "runs.jsonl"), "--json").stdout)
+            for flag in ("--data", "--records")]  # fmt: skip
+    for doc in docs:
+        doc.pop("data")
+    assert docs[0] == docs[1] and "knob_correction" in docs[0] and "intervals" in docs[0]
