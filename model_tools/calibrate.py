@@ -274,6 +274,19 @@ class Fitted:
 
     values: dict[str, float]
     not_fitted: dict[str, str] = field(default_factory=dict)
+    #: each fitted value's standard error from the fit's curvature (Gauss-Newton: the residuals' variance
+    #: times the inverse of J^T J at the solution); inf where the cases do not move the fit at all
+    stderr: dict[str, float] = field(default_factory=dict)
+
+    def uncertainty(self) -> dict[str, str]:
+        """Each fitted value as value +- standard error, flagged where the data barely constrains it (the
+        error at least half the value)."""
+        out = {}
+        for p, v in self.values.items():
+            se = self.stderr.get(p, math.inf)
+            weak = not math.isfinite(se) or se >= 0.5 * abs(v)
+            out[p] = f"{v:g} +- {se:.3g}" + (" (weakly constrained by the data)" if weak else "")
+        return out
 
     def apply(self, soc: SocProfile) -> SocProfile:
         values: dict[str, Any] = {k: v for k, v in self.values.items() if k not in CURVE_SCALES}
@@ -364,7 +377,21 @@ def fit(
         residual, x0 / scale, bounds=(lo / scale, hi / scale), diff_step=1e-3, max_nfev=MAX_NFEV, loss=LOSS,
         f_scale=f_scale,
     )  # fmt: skip
-    return Fitted({p: round_value(p, float(v)) for p, v in zip(free, result.x * scale, strict=True)}, not_fitted)
+    values = {p: round_value(p, float(v)) for p, v in zip(free, result.x * scale, strict=True)}
+    return Fitted(values, not_fitted, _stderr(result.jac, result.fun, free, scale))
+
+
+def _stderr(jac: np.ndarray, fun: np.ndarray, free: tuple[str, ...], scale: np.ndarray) -> dict[str, float]:
+    """Standard errors of the fitted values from the Jacobian of the (log) residuals at the solution."""
+    n, k = jac.shape
+    variance = float(fun @ fun) / max(n - k, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cov = np.linalg.pinv(jac.T @ jac) * variance
+    out = {}
+    for i, p in enumerate(free):
+        moves = bool(np.any(np.abs(jac[:, i]) > 1e-12))
+        out[p] = float(np.sqrt(max(cov[i, i], 0.0)) * scale[i]) if moves else math.inf
+    return out
 
 
 def unconstrained(param: str, cases: Sequence[Measured]) -> str | None:
@@ -474,6 +501,7 @@ class CalibrationResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "fitted": self.fitted.values,
+            "fitted_uncertainty": self.fitted.uncertainty(),
             **({"not_fitted": self.fitted.not_fitted} if self.fitted.not_fitted else {}),
             "cases": len(self.cases),
             "median_abs_rel_error_before": round(float(np.median(np.abs(self.before))), 4),
@@ -528,6 +556,7 @@ class DeviceFit:
             "cases": len(self.cases),
             "keys": len({m.key for m in self.cases}),
             "fitted": self.fitted.values,
+            "fitted_uncertainty": self.fitted.uncertainty(),
             **({"not_fitted": self.fitted.not_fitted} if self.fitted.not_fitted else {}),
             "knob_correction": self.correction.summary(),
             "median_before": round(float(np.median(np.abs(self.before))), 4),

@@ -243,7 +243,8 @@ def _calibrate(a: argparse.Namespace) -> int:
         print(f"  held out by key (folds of keys, each predicted by a fit without its keys): {held:.1f}%")
     for k, v in summary["fitted"].items():
         start = getattr(soc, k) if hasattr(soc, k) else 1.0
-        print(f"  {k:<20} {start:>12.4f} -> {v:>12.4f}")
+        told = summary.get("fitted_uncertainty", {}).get(k, "")
+        print(f"  {k:<20} {start:>12.4f} -> {v:>12.4f}   {told.partition(' ')[2]}")
     for k, why in summary.get("not_fitted", {}).items():
         print(f"  {k:<20} not fitted, kept at the profile's {getattr(soc, k):g}: {why}")
     if summary.get("knob_correction"):

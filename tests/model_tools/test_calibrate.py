@@ -265,3 +265,20 @@ def test_calibrate_fits_the_tuners_records_alike_whichever_flag_names_them(tmp_p
     for doc in docs:
         doc.pop("data")
     assert docs[0] == docs[1] and "knob_correction" in docs[0] and "intervals" in docs[0]
+
+
+def test_each_fitted_value_comes_with_its_uncertainty() -> None:
+    """From the fit's curvature: tight where the cases pin a parameter, flagged where they barely do (the
+    shipped fit's L2 falloff: its cases sit on the flat side of the curve)."""
+    from model_tools.calibrate import read_all
+
+    truth = replace(SOC, launch_us=4.0, hbm_gbps=1300.0)
+    launches = [
+        tile_kernel(named_kernel("sigmoid", "float16"), [n], TilingParams(), SOC) for n in (2**k for k in range(12, 26))
+    ]
+    exact = calibrate(SOC, synthetic(truth, launches, False), ("launch_us", "hbm_gbps"))
+    assert exact.fitted.stderr["launch_us"] < 0.01 * exact.fitted.values["launch_us"]
+    assert set(exact.as_dict()["fitted_uncertainty"]) == {"launch_us", "hbm_gbps"}
+    shipped = calibrate(SOC, read_all(ROOT / "data" / "calibration", SOC))
+    flags = shipped.fitted.uncertainty()
+    assert "weakly constrained" in flags["l2_falloff"] and "weakly" not in flags["launch_us"]
