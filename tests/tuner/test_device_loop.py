@@ -315,3 +315,51 @@ def test_records_hold_every_sample_the_learner_fits(tmp_path: Path) -> None:
     for r in recs:
         assert r["measured_us"] == pytest.approx(learnt[tuple(r["params"].values())], rel=1e-12)
         assert r["measured_us"] == pytest.approx(float(np.median(r["samples"])), rel=1e-12)
+
+
+def test_the_learners_fit_is_what_the_table_the_service_and_the_explorer_predict_with(swept) -> None:
+    """Bit for bit, over random configurations of both kernel modes: the learner's fitted profile (refitted
+    from the sweep's storage), the table's document of it read back (what the service answers with:
+    ``test_the_table_carries_the_fitted_profile_and_the_service_answers_from_it``) and the explorer's
+    explanation. The correction's core-count factors are in it (they were once dropped)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from model_tools.explain import explain
+    from tuner.learning import Learner
+    from tuner.storage import open_storage
+
+    tmp, _, table = swept
+    learnt = Learner(SOC, open_storage(f"sqlite:///{tmp / 'studies.db'}"), "synthetic").fit_device(folds=5).profile
+    read_back = profile_from_json(device_profile_document_of(learnt, table))
+    assert read_back.profile_hash == table.profile().profile_hash
+    assert any(f != 1.0 for f in learnt.knob_correction.cores)
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        st.sampled_from(["float32", "float16", "bfloat16"]),
+        st.sampled_from(["grad", "fused"]),
+        st.integers(1, 1 << 24),
+        st.sampled_from([512, 1024, 2048, 8192]),
+        st.integers(1, 4),
+        st.integers(1, 40),
+        st.integers(1, 48),
+    )
+    def check(dtype: str, mode: str, n: int, block: int, bn: int, tile: int, cores: int) -> None:
+        v = Variant(dtype, "mean", "none", mode=mode)
+        try:
+            t = compute_tiling([n], v, TilingParams(block, bn, 512 * tile, cores), learnt)
+        except Exception:  # noqa: BLE001  (a configuration that does not tile: nothing to compare)
+            return
+        us = predict(t, learnt)
+        assert predict(t, read_back) == us
+        assert explain(t, read_back, landscape=False).predicted_us == round(us, 4)
+
+    check()
+
+
+def device_profile_document_of(profile: object, table: object) -> dict:
+    """The table's device profile document, checked to be the one written for this fit."""
+    doc = table.device["profile"]  # type: ignore[attr-defined]
+    assert doc["hbm_gbps"] == profile.hbm_gbps  # type: ignore[attr-defined]
+    return doc
