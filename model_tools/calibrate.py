@@ -37,7 +37,7 @@ from tiling_model.cost import predict
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import NAMED_KERNELS, VECTOR_OPS, ElementwiseKernel, elementwise_kernel
 from tiling_model.model_types import DEFAULT_L2, L2_STATES, L2State
-from tiling_model.soc import SocProfile
+from tiling_model.soc import SocProfile, rehashed
 from tiling_model.tiling import (
     KNOB_NAMES,
     TilingData,
@@ -528,7 +528,7 @@ def calibrate(
     if not cases:
         raise CalibrationError("no measurements to calibrate against")
     fitted = fit(cases, soc, free, f_scale)
-    profile = fitted.apply(soc)
+    profile = rehashed(fitted.apply(soc))
     return CalibrationResult(profile, fitted, errors(cases, soc), errors(cases, profile), list(cases))
 
 
@@ -613,7 +613,7 @@ def fit_device(
     if not cases:
         raise CalibrationError("no measurements to fit a device to")
     fitted, correction = _fit_device(cases, soc, free)
-    profile = replace(fitted.apply(soc), knob_correction=correction)
+    profile = rehashed(replace(fitted.apply(soc), knob_correction=correction))
     keys = sorted({m.key for m in cases})
     variants = sorted({m.launches[0].variant.label() for m in cases})
     held = held_variants = None

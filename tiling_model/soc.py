@@ -125,3 +125,9 @@ def profile_to_json(profile: SocProfile) -> dict[str, Any]:
     else:
         d["knob_correction"] = profile.knob_correction.to_json()
     return d
+
+
+def rehashed(profile: SocProfile) -> SocProfile:
+    """``profile`` with the hash of what it now holds (a profile edited with ``dataclasses.replace``, as a
+    fit makes one, keeps its parent's): the hash its JSON document would get."""
+    return profile_from_json(profile_to_json(profile))
