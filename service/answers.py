@@ -23,7 +23,7 @@ import orjson
 from kernel.sources import kernel_source_hash
 from service.logs import LOGGER, event
 from tiling_model import BadRequest, InvalidTiling, SocProfile, TilingData
-from tiling_model.confidence import Interval, interval
+from tiling_model.confidence import interval
 from tiling_model.cost import predict_with_roofline
 from tiling_model.resolve import Request, Resolver
 from tiling_model.tables import TuningTable
@@ -104,15 +104,11 @@ def _response(
         "weight_period": t.fields.weightPeriod,
         "mode": t.variant.mode,
         "predicted_us": round(predicted, 4),
-        **_interval_fields(interval(t, soc, predicted)),
+        **interval(t, soc, predicted).fields(),
         "roofline_us": round(roofline, 4),
         "source": source,
         "provenance": prov,
     }
-
-
-def _interval_fields(i: Interval) -> dict[str, Any]:
-    return {"predicted_interval_us": i.as_list(), "predicted_interval_basis": i.basis}
 
 
 Answer = tuple[bytes, str]  # the response's JSON, its source ("exact", "bucket", "model")

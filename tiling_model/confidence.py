@@ -35,8 +35,9 @@ class Interval:
     hi_us: float
     basis: str
 
-    def as_list(self) -> list[float]:
-        return [self.lo_us, self.hi_us]
+    def fields(self) -> dict[str, Any]:
+        """As an answer carries it (``POST /tiling``, ``model_tools predict``)."""
+        return {"predicted_interval_us": [self.lo_us, self.hi_us], "predicted_interval_basis": self.basis}
 
 
 def traffic_bytes(t: TilingData) -> int:

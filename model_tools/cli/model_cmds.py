@@ -160,8 +160,7 @@ def _predict(a: argparse.Namespace) -> int:
         "params": t.params.as_dict(),
         **detail.as_dict(),
     }
-    band = interval(t, soc, detail.predicted_us)
-    doc |= {"predicted_interval_us": band.as_list(), "predicted_interval_basis": band.basis}
+    doc |= interval(t, soc, detail.predicted_us).fields()
     if a.best:
         scored = score_space(kernel, soc, max(element_count(a.shape), 1), warm)
         i = scored.best_index()
