@@ -356,3 +356,29 @@ def test_the_learners_fit_is_what_the_table_the_service_and_the_explorer_predict
         assert explain(t, read_back, landscape=False).predicted_us == round(us, 4)
 
     check()
+
+
+def test_the_intervals_hold_the_devices_time_about_as_often_as_they_claim(swept) -> None:
+    """How often, not only that they exist: the table's answers at sizes its sweep never timed (x0.61 and
+    x1.37 of every key) and for variants it never measured, against the stand-in device's noise-free time.
+    The bands claim 80% (10th to 90th percentile); held to 65-95% (one device, 32 and 24 answers; the
+    benchmark, benchmarks/interval_coverage.py, runs five devices)."""
+    from tiling_model.confidence import interval
+    from tiling_model.pick import model_best, refit_tiling
+
+    _, _, table = swept
+    profile = table.profile()
+
+    def holds(t) -> bool:  # noqa: ANN001
+        band = interval(t, profile, predict(t, profile))
+        return band.lo_us <= DEVICE.truth_us(t) <= band.hi_us
+
+    untimed = [holds(refit_tiling([int(e.size * f)], e.variant, profile, e.tiling_params()))
+               for e in table.entries for f in (0.61, 1.37)]  # fmt: skip
+    others = [Variant(d, r, w) for d in ("bfloat16", "float32") for r in ("sum",) for w in ("none", "full")]
+    untuned = [
+        holds(model_best(n, v, profile)) for v in others for n in (3000, 70000, 1 << 20, 5 << 20, 1 << 23, 9 << 22)
+    ]
+    # measured: 30 of 32 (94%) and 21 of 24 (88%); seeded, so a change of the bands moves them
+    assert 0.65 <= statistics.mean(untimed) <= 0.95, untimed
+    assert 0.65 <= statistics.mean(untuned) <= 0.95, untuned
