@@ -103,9 +103,11 @@ mutants: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check mutmut
 	rm -rf mutants && $(PY) -m mutmut run; $(PY) -m mutmut results
 
-# Cost-model speed (single prediction, whole-space scoring): a benchmark, not a test.
+# Cost-model speed (single prediction, whole-space scoring), then its accuracy beside CANN's own cost model on
+# the measured operators (docs/benchmarks/cost-model-crossval.md): benchmarks, not tests.
 bench-model: $(STAMP)
 	$(PY) benchmarks/model_speed.py
+	$(PY) benchmarks/model_vs_peer.py
 
 # Search efficiency: model-seeded TPE vs plain TPE vs random, against a device-like truth and the model itself.
 bench-search: $(STAMP)
