@@ -7,6 +7,10 @@ One device, as a real one would differ from its SoC profile:
   BUFFER_NUM, per tile size and per tile alignment, per core count (bank and burst effects, queue
   overheads, core placement: what the simulator does not model);
 - **per-configuration effects** the structure does not explain (a factor per configuration of a key);
+- or (``shape="realised"``) **effects of the realised tiling** in place of the block/tile/alignment/core
+  ones: what the knobs make of a size (a copy's bytes within 4 KiB against the buffer count, the last
+  copy's alignment weighted by its share of a core's tiles, core boundaries off 512 B, tiles per core
+  against the buffer count, an odd core count), so a correction by knob class cannot express them;
 - **noise** on every sample (log-normal) with **outliers** (a share of samples 1.5 to 3 times slow).
 
 ``truth_us`` is the noise-free time; ``optimum`` the best of a key's whole search space under it
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model import SocProfile, TilingData, TilingParams, Variant, compute_tiling, load_soc, predict
+from tiling_model import SocProfile, TilingData, TilingParams, Variant, compute_tiling, engine, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.space import score_space
 
@@ -29,6 +33,9 @@ from tiling_model.space import score_space
 HARDWARE_SD = {"hbm": 0.08, "l2": 0.15, "mte2": 0.08, "mte3": 0.08, "vector_start": 0.3, "launch": 0.08, "core": 0.3}
 #: Log sd of the knob-structured effects (shared by every key) and of the per-configuration ones.
 EFFECT_SD = {"block": 0.02, "buffer": 0.025, "tile": 0.008, "align": 0.015, "cores": 0.008, "config": 0.008}
+#: Log sd of the realised-tiling effects (``shape="realised"``).
+REALISED_SD = {"burst": 0.02, "tail": 0.06, "bounds": 0.015, "tiles": 0.015, "odd": 0.01}
+DEVICE_SHAPES = ("knob", "realised")
 
 
 def _hashed_normal(salt: int, *cols: np.ndarray) -> np.ndarray:
@@ -58,6 +65,7 @@ class SyntheticDevice:
     seed: int = 1
     noise: float = 0.02  # log sd of one sample
     outlier_rate: float = 0.03  # share of samples 1.5 to 3 times slow
+    shape: str = "knob"  # what its shared effects follow: the knobs, or the realised tiling (DEVICE_SHAPES)
 
     @property
     def hardware(self) -> SocProfile:
@@ -77,21 +85,60 @@ class SyntheticDevice:
         )
 
     def effects(
-        self, block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray, key_salt: int
+        self,
+        block: np.ndarray,
+        bn: np.ndarray,
+        tile: np.ndarray,
+        cores: np.ndarray,
+        key_salt: int,
+        n: int = 0,
+        elem: int = 4,
+        shared_only: bool = False,
     ) -> np.ndarray:
-        """The device's factor on each configuration beyond its hardware: the knob-structured effects
-        (the same at every key) and the configuration's own (``key_salt``: per key)."""
+        """The device's factor on each configuration beyond its hardware: the shared effects (the same at
+        every key; of the realised tiling of ``n`` elements of ``elem`` bytes where the device's shape says
+        so) and, unless ``shared_only``, the configuration's own (``key_salt``: per key)."""
         s = self.seed * 101
-        z = (
-            EFFECT_SD["block"] * _hashed_normal(s + 1, block)
-            + EFFECT_SD["buffer"] * _hashed_normal(s + 2, bn)
-            + EFFECT_SD["tile"] * _hashed_normal(s + 3, tile)
-            + EFFECT_SD["align"] * _hashed_normal(s + 4, _alignment(tile))
-            + EFFECT_SD["cores"] * _hashed_normal(s + 5, cores)
-            + EFFECT_SD["config"] * _hashed_normal(s + 6 + key_salt, block, bn, tile, cores)
-        )
+        z = EFFECT_SD["block"] * _hashed_normal(s + 1, block) + EFFECT_SD["buffer"] * _hashed_normal(s + 2, bn)
+        if self.shape == "realised":
+            z = z + self._realised(n, elem, block, bn, tile, cores)
+        else:
+            z = (
+                z
+                + EFFECT_SD["tile"] * _hashed_normal(s + 3, tile)
+                + EFFECT_SD["align"] * _hashed_normal(s + 4, _alignment(tile))
+                + EFFECT_SD["cores"] * _hashed_normal(s + 5, cores)
+            )
+        if not shared_only:
+            z = z + EFFECT_SD["config"] * _hashed_normal(s + 6 + key_salt, block, bn, tile, cores)
         out: np.ndarray = np.exp(z)
         return out
+
+    def _realised(
+        self, n: int, elem: int, block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray
+    ) -> np.ndarray:
+        """Log effects of what the knobs make of ``n`` elements (the engine's core kinds)."""
+        s = self.seed * 131
+        k = engine.core_kinds(n, elem, np.asarray(block), np.asarray(bn), np.asarray(tile), np.asarray(cores))
+        rows = np.arange(len(k.block_dim))
+        slowest = np.argmax(np.where(k.cores > 0, k.tiles, -1), axis=1)
+        tiles = np.maximum(k.tiles[rows, slowest], 1)
+        tail_bytes = k.tail[rows, slowest] * elem
+        bnu = np.asarray(bn, dtype=np.uint64)
+        burst = (np.asarray(tile, dtype=np.int64) % 4096) // 512  # the copy's bytes within a 4 KiB page
+        tail = np.where(
+            tail_bytes % 32 != 0, 3, np.where(tail_bytes % 512 != 0, 2, np.where(tail_bytes % 4096 != 0, 1, 0))
+        )
+        misaligned = ~np.all(k.aligned | (k.cores == 0), axis=1)
+        used = np.asarray(k.block_dim, dtype=np.int64)
+        z: np.ndarray = (
+            REALISED_SD["burst"] * _hashed_normal(s + 1, burst, bnu)
+            + REALISED_SD["tail"] * np.abs(_hashed_normal(s + 2, tail)) * (tail > 0) / tiles
+            + REALISED_SD["bounds"] * np.abs(_hashed_normal(s + 3, bnu)) * misaligned
+            + REALISED_SD["tiles"] * _hashed_normal(s + 4, np.minimum(tiles, 40), bnu)
+            + REALISED_SD["odd"] * _hashed_normal(s + 5, used % 2, bnu)
+        )
+        return z
 
     def truth_us(self, t: TilingData) -> float:
         """The noise-free time of one tiling of bcetune's kernel on this device."""
@@ -99,17 +146,22 @@ class SyntheticDevice:
         block, bn, tile, cores = (
             np.array([int(getattr(p, k))]) for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")
         )
-        return predict(t, self._hardware()) * float(self.effects(block, bn, tile, cores, _key_salt(t))[0])
+        return predict(t, self._hardware()) * float(
+            self.effects(block, bn, tile, cores, _key_salt(t), t.n, t.elem_bytes)[0]
+        )
 
-    def optimum(self, variant: Variant, n: int) -> tuple[float, TilingParams]:
-        """The best time of the whole search space for ``n`` elements on this device, and its knobs."""
+    def optimum(self, variant: Variant, n: int, shared_only: bool = False) -> tuple[float, TilingParams]:
+        """The best time of the whole search space for ``n`` elements on this device, and its knobs
+        (``shared_only``: the best of a model that knows every effect but the per-configuration ones: the
+        floor of what a model learnt across sizes can pick)."""
         soc = self._hardware()
         kernel = bce_grad_kernel(variant, classes=1)
         scored = score_space(kernel, soc, n)
         salt = _salt(variant, n)
         us = scored.result.predicted_us * self.effects(
-            scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num, salt
-        )
+            scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num, salt, n, kernel.elem_bytes,
+            shared_only,
+        )  # fmt: skip
         i = int(np.argmin(us))
         return float(us[i]), scored.params(i)
 
@@ -163,6 +215,10 @@ class SyntheticBackend:
         return None
 
 
-def synthetic_backend(soc: str, seed: int = 1, noise: float = 0.02, outlier_rate: float = 0.03) -> SyntheticBackend:
+def synthetic_backend(
+    soc: str, seed: int = 1, noise: float = 0.02, outlier_rate: float = 0.03, shape: str = "knob"
+) -> SyntheticBackend:
     """The stand-in device ``seed`` of ``soc`` as a backend (``python -m tuner sweep --backend synthetic``)."""
-    return SyntheticBackend(SyntheticDevice(load_soc(soc), seed, noise, outlier_rate), seed)
+    if shape not in DEVICE_SHAPES:
+        raise ValueError(f"unknown stand-in device shape {shape!r}; known: {', '.join(DEVICE_SHAPES)}")
+    return SyntheticBackend(SyntheticDevice(load_soc(soc), seed, noise, outlier_rate, shape), seed)

@@ -1,0 +1,144 @@
+"""Sizes a sweep never timed: how close the re-fit gets there to the device's best, on stand-in devices
+shaped like our knob correction and on ones that are not.
+
+For each stand-in device (``tuner.synthetic.SyntheticDevice``: ``knob`` effects by block, BUFFER_NUM, tile,
+alignment and core count, the shape of our correction; ``realised`` effects of what the knobs make of a
+size: a copy's bytes against the buffer count, the last copy's alignment, core boundaries, tiles per core
+against the buffer count, an odd core count), a device-loop sweep of ``--keys`` keys at ``--trials``
+trials (``tuner.study.tune`` with the learner, as ``run_sweep`` runs it). Then ``--judged`` of its keys,
+each at two sizes it never timed (x0.61 and x1.37), true regret over the exhaustive optimum of:
+
+- the shipped model's re-fit (the bucket's BUFFER_NUM kept: what the service and the build do);
+- the sweep's fitted profile (hardware and knob correction) in the same re-fit: what ships today;
+- that profile scoring the whole space (every buffer count);
+- the fitted hardware with the learned residual over the realised tiling (``tiling_model.residual``)
+  instead of the knob correction, scoring the whole space: the candidate (Python only so far);
+- the floor: a model that knows every effect the device shares across sizes (all but the
+  per-configuration part), whole space.
+
+The residual is fitted on every measurement of the sweep; where its held-out check fails it is 1.
+Configurations are scored without the validation the service adds (the truth times any of them).
+
+Run: ``make bench-search`` (or ``.venv/bin/python benchmarks/untimed_sizes.py``, ``--devices
+knob:7,realised:3``); minutes per device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import optuna
+from search_efficiency import pick_keys, run
+
+from model_tools.calibrate import errors
+from tiling_model import TilingParams, Variant, load_soc
+from tiling_model.correction import IDENTITY
+from tiling_model.kernels import bce_grad_kernel
+from tiling_model.pick import refit
+from tiling_model.residual import FEATURES, Residual, fit_residual, levels
+from tiling_model.soc import SocProfile
+from tiling_model.space import score_space
+from tuner.learning import measurements
+from tuner.synthetic import DEVICE_SHAPES, SyntheticDevice
+
+SOC = "Ascend910B2"
+FACTORS = (0.61, 1.37)
+
+
+def fitted_residual(learner: object, base: SocProfile) -> Residual:
+    """The residual over every measurement of the sweep, on the fitted hardware without its knob correction."""
+    cases = measurements(learner.storage, learner.soc, learner.backend)  # type: ignore[attr-defined]
+    logs = -np.log1p(errors(cases, base))  # log(measured / predicted)
+    lv = np.zeros((len(cases), len(FEATURES)), dtype=np.int64)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, m in enumerate(cases):
+        t = m.launches[0]
+        groups.setdefault((id(t.kernel), t.n), []).append(i)
+    for idx in groups.values():
+        t0 = cases[idx[0]].launches[0]
+        cols = [np.array([getattr(cases[i].launches[0].params, k) for i in idx]) for k in
+                ("block_bytes", "buffer_num", "tile_bytes", "core_num")]  # fmt: skip
+        lv[idx] = levels(t0.n, t0.elem_bytes, *cols)
+    return fit_residual(lv, [m.key for m in cases], logs)
+
+
+def whole_space_pick(variant: Variant, n: int, profile: SocProfile, residual: Residual | None = None) -> TilingParams:
+    kernel = bce_grad_kernel(variant, classes=1)
+    scored = score_space(kernel, profile, n)
+    us = scored.result.predicted_us
+    if residual is not None and not residual.identity:
+        lv = levels(n, kernel.elem_bytes, scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num)
+        us = us * residual.factors(lv)
+    return scored.params(int(np.argmin(us)))
+
+
+def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> None:
+    device = SyntheticDevice(load_soc(SOC), seed, shape=shape)
+    keys = pick_keys(keys_count)
+    start = time.monotonic()
+    sweep = run("device loop", keys, device, trials, 0)
+    learner = sweep["learner"]
+    model = learner.fit_device()
+    base = replace(model.profile, knob_correction=IDENTITY)
+    residual = fitted_residual(learner, base)
+    rng = np.random.default_rng(seed)
+    chosen = sorted(rng.choice(len(keys), size=min(judged, len(keys)), replace=False))
+    names = ("shipped model, re-fit (bucket's buffers)", "fitted profile, re-fit (today)",
+             "fitted profile, whole space", "fitted + residual, whole space", "floor: every shared effect")  # fmt: skip
+    regrets: dict[str, list[float]] = {name: [] for name in names}
+    timed = [sweep["regret"][i] for i in chosen]
+    for i in chosen:
+        key, entry = keys[i], sweep["entries"][i]
+        bucket = TilingParams(**entry.params)
+        for f in FACTORS:
+            n = max(int(key.size * f), 1)
+            best, _ = device.optimum(key.variant, n)
+            _, floor = device.optimum(key.variant, n, shared_only=True)
+            picks = (
+                refit(n, key.variant, device.soc, bucket),
+                refit(n, key.variant, model.profile, bucket),
+                whole_space_pick(key.variant, n, model.profile),
+                whole_space_pick(key.variant, n, base, residual),
+                floor,
+            )
+            for name, p in zip(names, picks, strict=True):
+                regrets[name].append(device.true_us(key.variant, n, p) / best - 1.0)
+    print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys at {trials} trials, {len(chosen)} judged "
+          f"({time.monotonic() - start:.0f} s)")  # fmt: skip
+    summary = residual.summary()
+    print(f"  residual: penalty {summary['penalty']}, held-out within-key log rms {summary['held_out_rms']} "
+          f"(none: {summary['held_out_rms_none']}), {sum(len(v) for v in summary['factors'].values())} levels moved")  # type: ignore[attr-defined]  # fmt: skip
+    print(f"  {'true regret':<52}{'median':>8}{'p90':>8}{'worst':>8}{'<=1%':>7}{'<=2%':>7}")
+    print(_row("timed keys: the sweep's entries", timed))
+    for name in names:
+        print(_row(f"untimed: {name}", regrets[name]))
+
+
+def _row(label: str, regrets: list[float]) -> str:
+    r = np.asarray(regrets)
+    return (f"  {label:<52}{100 * np.median(r):>7.2f}%{100 * np.percentile(r, 90):>7.2f}%{100 * r.max():>7.2f}%"
+            f"{100 * np.mean(r <= 0.01):>6.0f}%{100 * np.mean(r <= 0.02):>6.0f}%")  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--devices", default="knob:7,realised:3,realised:11", help="shape:seed,...")
+    ap.add_argument("--keys", type=int, default=120)
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--judged", type=int, default=30)
+    a = ap.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for spec in a.devices.split(","):
+        shape, _, seed = spec.partition(":")
+        if shape not in DEVICE_SHAPES or not seed.isdigit():
+            ap.error(f"--devices: {spec!r} is not shape:seed with a shape of {', '.join(DEVICE_SHAPES)}")
+        judge(shape, int(seed), a.keys, a.trials, a.judged)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The learned residual over the realised tiling: its features by hand, and what its fit does and does not
+learn (a planted effect, pure noise, a key's level)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tiling_model import engine
+from tiling_model.residual import FEATURES, NONE, OFFSETS, WIDTH, design, fit_residual, levels
+
+COL = {name: j for j, (name, _) in enumerate(FEATURES)}
+
+
+def _one(n: int, elem: int, block: int, bn: int, tile: int, cores: int) -> dict[str, int]:
+    lv = levels(n, elem, np.array([block]), np.array([bn]), np.array([tile]), np.array([cores]))
+    return {name: int(lv[0, j]) for name, j in COL.items()}
+
+
+def test_levels_by_hand() -> None:
+    """1,000,000 float32 elements, 512-B blocks, two buffers, 8.5 KiB tiles, 48 cores."""
+    n, tile = 1_000_000, 8704
+    k = engine.core_kinds(n, 4, np.array([512]), np.array([2]), np.array([tile]), np.array([48]))
+    used = int(k.block_dim[0])
+    got = _one(n, 4, 512, 2, tile, 48)
+    assert got["buffer_num"] == 2
+    assert got["block_class"] == 9  # 2 ** 9 = 512
+    assert got["cores"] == used and got["cores_odd_x_buffers"] == (used % 2) * 5 + 2
+    assert got["tile_align"] == 0  # 8704 = 17 x 512: no larger divisor among 1, 2, 4, 8 KiB
+    assert got["tile_in_page_x_buffers"] == 1 * 5 + 2  # 8704 mod 8192 = 512: one 512-B step into a page
+    assert got["tile_size"] == 13  # 2 ** 13 <= 8704 < 2 ** 14
+    slowest = int(np.argmax(np.where(k.cores[0] > 0, k.tiles[0], -1)))
+    tiles, tail_bytes = int(k.tiles[0, slowest]), int(k.tail[0, slowest]) * 4
+    expect_tail = max([i for i, g in enumerate((1, 32, 512, 2048, 8192)) if tail_bytes % g == 0])
+    assert got["tail_align"] == expect_tail
+    assert 1 <= tiles <= 16  # each count to 16 its own level
+    assert got["tiles_x_buffers"] == (tiles - 1) * 5 + 2
+
+
+def test_every_level_is_inside_its_table() -> None:
+    rng = np.random.default_rng(0)
+    m = 400
+    block = rng.choice([32, 64, 512, 4096, 16384], m)
+    bn = rng.integers(1, 5, m)
+    tile = 512 * rng.integers(1, 300, m)
+    cores = rng.integers(1, 49, m)
+    for n in (1, 777, 2**20 + 3, 2**26):
+        lv = levels(n, 2, block, bn, tile, cores)
+        for j, (_, count) in enumerate(FEATURES):
+            assert lv[:, j].min() >= 0 and lv[:, j].max() < count
+        x = design(lv)
+        assert x.shape == (m, WIDTH) and np.all(x.sum(axis=1) == len(FEATURES))
+
+
+def _data(
+    seed: int, keys: int = 12, per_key: int = 40, effect: float = 0.0
+) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Random configurations of ``keys`` sizes, 1% noise, a level per key, and ``effect`` on the configurations
+    whose copy sits one 512-B step into an 8 KiB page with two buffers."""
+    rng = np.random.default_rng(seed)
+    lvs, names, ys = [], [], []
+    for k in range(keys):
+        n = int(rng.integers(2**14, 2**24))
+        block = rng.choice([256, 512, 1024, 2048], per_key)
+        bn = rng.integers(1, 5, per_key)
+        tile = 512 * rng.integers(1, 200, per_key)
+        cores = rng.integers(8, 49, per_key)
+        lv = levels(n, 4, block, bn, tile, cores)
+        hit = lv[:, COL["tile_in_page_x_buffers"]] == 1 * 5 + 2
+        y = rng.normal(0.0, 0.01, per_key) + 0.3 * rng.normal() + effect * hit
+        lvs.append(lv)
+        names += [f"key{k}"] * per_key
+        ys.append(y)
+    return np.vstack(lvs), names, np.concatenate(ys)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_noise_alone_fits_no_residual(seed: int) -> None:
+    lv, keys, y = _data(seed)
+    r = fit_residual(lv, keys, y)
+    assert r.identity and r.held_out_rms == r.held_out_rms_none
+    assert np.all(r.factors(lv) == 1.0)
+
+
+def test_a_planted_effect_is_learnt_and_a_keys_level_is_not() -> None:
+    lv, keys, y = _data(4, keys=20, effect=0.06)
+    r = fit_residual(lv, keys, y)
+    assert not r.identity and r.held_out_rms < r.held_out_rms_none
+    level = OFFSETS[COL["tile_in_page_x_buffers"]] + 1 * 5 + 2
+    assert math.exp(r.beta[level]) == pytest.approx(math.exp(0.06), abs=0.02)
+    hit = lv[:, COL["tile_in_page_x_buffers"]] == 7
+    f = r.factors(lv)
+    assert np.median(f[hit]) / np.median(f[~hit]) == pytest.approx(math.exp(0.06), abs=0.015)
+    # the keys' own levels (0.3 in log) went to the keys' columns, not into the features
+    assert max(abs(b) for b in r.beta) < 0.15
+    assert "tile_in_page_x_buffers" in r.summary()["factors"]  # type: ignore[operator]
+
+
+def test_too_few_keys_fit_nothing() -> None:
+    lv, keys, y = _data(5, keys=3, effect=0.1)
+    assert fit_residual(lv, keys, y) is NONE
