@@ -113,6 +113,7 @@ bench-model: $(STAMP)
 bench-search: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py
 	$(PY) benchmarks/interval_coverage.py
+	$(PY) benchmarks/untimed_sizes.py
 
 # Regret of the shipped tables on held-out sizes against the exhaustive best (model backend), by SoC:
 # the service's policy beside the CANN build's (the C++ header) and the bucket's knobs unchanged.
