@@ -190,20 +190,24 @@ def make_backend(
     seed: int = 0,
     soc: str = "Ascend910B2",
     device: int | None = None,
+    device_shape: str = "knob",
 ) -> Backend:
     """The backend called ``name``: ``model`` (the cost model, optionally noisy), ``cpu`` (the CPU twin's
-    clock), ``npu`` (the device ``device``) or ``synthetic`` (a stand-in device of ``soc``, number ``seed``:
-    tuner.synthetic, to try the device loop without one). Only the model and the stand-in take noise."""
+    clock), ``npu`` (the device ``device``) or ``synthetic`` (a stand-in device of ``soc``, number ``seed``,
+    its shared effects of ``device_shape``: tuner.synthetic, to try the device loop without one). Only the
+    model and the stand-in take noise."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
     if device is not None and name != "npu":
         raise ValueError(f"--device selects an NPU; the {name!r} backend has none")
+    if device_shape != "knob" and name != "synthetic":
+        raise ValueError(f"--device-shape shapes the synthetic backend's stand-in device, not the {name!r} backend")
     if name == "model":
         return ModelBackend(noise, outlier_rate, seed)
     if name == "synthetic":
         from tuner.synthetic import synthetic_backend
 
-        return synthetic_backend(soc, max(seed, 1), noise or 0.02, outlier_rate or 0.03)
+        return synthetic_backend(soc, max(seed, 1), noise or 0.02, outlier_rate or 0.03, device_shape)
     if noise or outlier_rate:
         raise ValueError(f"--noise and --outlier-rate apply to the model and synthetic backends, not {name!r}")
     if name == "cpu":

@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--noise", type=float, default=0.0, help="model/synthetic backend: lognormal noise (e.g. 0.05)")
     s.add_argument("--outlier-rate", type=float, default=0.0, help="model/synthetic backend: share of slow samples")
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic noise (synthetic: the device's too)")
+    s.add_argument(
+        "--device-shape",
+        choices=("knob", "realised"),
+        default="knob",
+        help="synthetic backend: what the stand-in's shared effects follow, the knobs or the realised tiling",
+    )
     s.add_argument("--warmup", type=int, default=2, help="timed backends: warm-up launches per measurement")
     s.add_argument("--repeats", type=int, default=7, help="timed backends: samples per measurement (>= 3)")
     s.add_argument("--confirm-top", type=int, default=3, help="timed backends: candidates re-measured at the end")
@@ -312,7 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         storage = open_storage(args.storage)
         start = time.perf_counter()
-        backend = make_backend(args.backend, args.noise, args.outlier_rate, args.seed, args.soc, args.device)
+        backend = make_backend(
+            args.backend, args.noise, args.outlier_rate, args.seed, args.soc, args.device, args.device_shape
+        )
         protocol = MeasurementProtocol(warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top)
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:

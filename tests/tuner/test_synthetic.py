@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from tiling_model import Variant, load_soc
-from tuner.synthetic import SyntheticDevice, synthetic_backend
+from tuner.backends import make_backend
+from tuner.synthetic import SyntheticBackend, SyntheticDevice, synthetic_backend
 
 SOC = load_soc("Ascend910B2")
 RNG = np.random.default_rng(3)
@@ -58,3 +59,12 @@ def test_the_floor_never_beats_the_optimum() -> None:
 def test_an_unknown_shape_is_named() -> None:
     with pytest.raises(ValueError, match="unknown stand-in device shape 'tiled'; known: knob, realised"):
         synthetic_backend("Ascend910B2", shape="tiled")
+
+
+def test_the_sweep_backend_takes_the_shape() -> None:
+    b = make_backend("synthetic", seed=3, soc="Ascend910B2", device_shape="realised")
+    assert isinstance(b, SyntheticBackend) and b.device.shape == "realised" and b.device.seed == 3
+    with pytest.raises(
+        ValueError, match="--device-shape shapes the synthetic backend's stand-in device, not the 'model'"
+    ):
+        make_backend("model", device_shape="realised")
