@@ -16,6 +16,10 @@ each at two sizes it never timed (x0.61 and x1.37), true regret over the exhaust
 - the floor: a model that knows every effect the device shares across sizes (all but the
   per-configuration part), whole space.
 
+Last, how many configurations the engine's re-fit (a branch and bound whose floors carry the least
+correction of what they bound) would have to predict if its floors took the residual's least factor per
+buffer count and core count: what taking the residual into the engine needs tighter floors for.
+
 The residual is fitted on every measurement of the sweep; where its held-out check fails it is 1.
 Configurations are scored without the validation the service adds (the truth times any of them).
 
@@ -91,6 +95,7 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
              "fitted profile, whole space", "fitted + residual, whole space", "floor: every shared effect")  # fmt: skip
     regrets: dict[str, list[float]] = {name: [] for name in names}
     timed = [sweep["regret"][i] for i in chosen]
+    unpruned: list[tuple[int, int]] = []
     for i in chosen:
         key, entry = keys[i], sweep["entries"][i]
         bucket = TilingParams(**entry.params)
@@ -107,6 +112,7 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
             )
             for name, p in zip(names, picks, strict=True):
                 regrets[name].append(device.true_us(key.variant, n, p) / best - 1.0)
+            unpruned.append(_unpruned(key.variant, n, base, residual))
     print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys at {trials} trials, {len(chosen)} judged "
           f"({time.monotonic() - start:.0f} s)")  # fmt: skip
     summary = residual.summary()
@@ -116,6 +122,25 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
     print(_row("timed keys: the sweep's entries", timed))
     for name in names:
         print(_row(f"untimed: {name}", regrets[name]))
+    if unpruned:
+        left, space = np.array(unpruned).T
+        print(f"  a re-fit with the residual under floors per buffer count and core count would predict "
+              f"{np.median(left):.0f} configurations (median; p90 {np.percentile(left, 90):.0f}) of the "
+              f"{np.median(space):.0f} in the space: their floors are under the best")  # fmt: skip
+
+
+def _unpruned(variant: Variant, n: int, base: SocProfile, residual: Residual) -> tuple[int, int]:
+    """How many configurations a branch and bound could not drop if its floors carried the residual's
+    least factor per buffer count and core count (``Residual.floor_factors``): the cost of taking the
+    residual into the engine's re-fit without tighter floors. (0, 0) without a residual."""
+    if residual.identity:
+        return 0, 0
+    kernel = bce_grad_kernel(variant, classes=1)
+    scored = score_space(kernel, base, n)
+    lv = levels(n, kernel.elem_bytes, scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num)
+    us = scored.result.predicted_us
+    best = float((us * residual.factors(lv)).min())
+    return int((us * residual.floor_factors(lv) <= best).sum()), len(scored)
 
 
 def _row(label: str, regrets: list[float]) -> str:

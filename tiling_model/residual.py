@@ -50,6 +50,7 @@ FEATURES: tuple[tuple[str, int], ...] = (
     ("structure", 4),  # small cores present, a distinct last core present
 )
 OFFSETS = tuple(int(x) for x in np.cumsum([0] + [levels for _, levels in FEATURES])[:-1])
+COLUMN = {name: j for j, (name, _) in enumerate(FEATURES)}
 WIDTH = sum(levels for _, levels in FEATURES)
 #: Penalties tried (times the residuals' robust variance), chosen by held-out keys.
 PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0)
@@ -131,6 +132,24 @@ class Residual:
             return np.ones(lv.shape[0])
         b = np.asarray(self.beta)
         z = sum(b[off + lv[:, j]] for j, off in enumerate(OFFSETS))
+        out: np.ndarray = np.exp(z)
+        return out
+
+    def floor_factors(self, lv: np.ndarray) -> np.ndarray:
+        """Under each configuration's factor, the least one any configuration of its BUFFER_NUM and core
+        count can take (the features those two fix at their level, every other at its least): the bound a
+        search over tiles and blocks would carry without knowing more of a range."""
+        b = np.asarray(self.beta)
+        z = np.zeros(lv.shape[0])
+        bn = lv[:, COLUMN["buffer_num"]]
+        for j, ((name, count), off) in enumerate(zip(FEATURES, OFFSETS, strict=True)):
+            seg = b[off : off + count]
+            if name in ("buffer_num", "cores", "cores_odd_x_buffers"):
+                z += seg[lv[:, j]]
+            elif name.endswith("_x_buffers"):  # levels are (class * BUFFERS + buffer_num)
+                z += seg.reshape(-1, BUFFERS).min(axis=0)[bn]
+            else:
+                z += seg.min()
         out: np.ndarray = np.exp(z)
         return out
 

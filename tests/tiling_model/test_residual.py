@@ -85,7 +85,7 @@ def test_noise_alone_fits_no_residual(seed: int) -> None:
 
 
 def test_a_planted_effect_is_learnt_and_a_keys_level_is_not() -> None:
-    lv, keys, y = _data(4, keys=20, effect=0.06)
+    lv, keys, y = _data(4, keys=20, per_key=80, effect=0.06)
     r = fit_residual(lv, keys, y)
     assert not r.identity and r.held_out_rms < r.held_out_rms_none
     level = OFFSETS[COL["tile_in_page_x_buffers"]] + 1 * 5 + 2
@@ -101,3 +101,19 @@ def test_a_planted_effect_is_learnt_and_a_keys_level_is_not() -> None:
 def test_too_few_keys_fit_nothing() -> None:
     lv, keys, y = _data(5, keys=3, effect=0.1)
     assert fit_residual(lv, keys, y) is NONE
+
+
+def test_the_floor_is_under_every_factor_of_its_buffers_and_cores() -> None:
+    lv, keys, y = _data(6, keys=20, per_key=80, effect=0.06)
+    r = fit_residual(lv, keys, y)
+    assert not r.identity
+    rng = np.random.default_rng(1)
+    m = 2000
+    space = levels(3_000_017, 4, rng.choice([512, 2048], m), rng.integers(1, 5, m), 512 * rng.integers(1, 200, m),
+                   rng.integers(1, 49, m))  # fmt: skip
+    f, floor = r.factors(space), r.floor_factors(space)
+    assert np.all(floor <= f * (1 + 1e-12))
+    # the least factor of a (buffers, cores) group is at or above its floor, and the floor is one it shares
+    key = space[:, COL["buffer_num"]] * 100 + space[:, COL["cores"]]
+    for g in np.unique(key)[:20]:
+        assert len(set(floor[key == g])) == 1
