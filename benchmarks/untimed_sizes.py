@@ -43,7 +43,7 @@ from tiling_model import TilingParams, Variant, load_soc
 from tiling_model.correction import IDENTITY
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.pick import refit
-from tiling_model.residual import FEATURES, Residual, fit_residual, levels
+from tiling_model.residual import BY_TILE_TOO, FEATURES, Residual, fit_residual, levels
 from tiling_model.soc import SocProfile
 from tiling_model.space import score_space
 from tuner.learning import measurements
@@ -95,7 +95,7 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
              "fitted profile, whole space", "fitted + residual, whole space", "floor: every shared effect")  # fmt: skip
     regrets: dict[str, list[float]] = {name: [] for name in names}
     timed = [sweep["regret"][i] for i in chosen]
-    unpruned: list[tuple[int, int]] = []
+    unpruned: list[tuple[int, int, int]] = []
     for i in chosen:
         key, entry = keys[i], sweep["entries"][i]
         bucket = TilingParams(**entry.params)
@@ -112,7 +112,8 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
             )
             for name, p in zip(names, picks, strict=True):
                 regrets[name].append(device.true_us(key.variant, n, p) / best - 1.0)
-            unpruned.append(_unpruned(key.variant, n, base, residual))
+            if not residual.identity:
+                unpruned.append(_unpruned(key.variant, n, base, residual))
     print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys at {trials} trials, {len(chosen)} judged "
           f"({time.monotonic() - start:.0f} s)")  # fmt: skip
     summary = residual.summary()
@@ -123,24 +124,28 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
     for name in names:
         print(_row(f"untimed: {name}", regrets[name]))
     if unpruned:
-        left, space = np.array(unpruned).T
-        print(f"  a re-fit with the residual under floors per buffer count and core count would predict "
-              f"{np.median(left):.0f} configurations (median; p90 {np.percentile(left, 90):.0f}) of the "
-              f"{np.median(space):.0f} in the space: their floors are under the best")  # fmt: skip
+        by_cores, by_tile, space = np.array(unpruned).T
+        print(f"  configurations whose floor is under the best (median / p90 of {np.median(space):.0f} in the "
+              f"space): floors per buffer count and core count {np.median(by_cores):.0f} / "
+              f"{np.percentile(by_cores, 90):.0f}; per tile too {np.median(by_tile):.0f} / "
+              f"{np.percentile(by_tile, 90):.0f}")  # fmt: skip
 
 
-def _unpruned(variant: Variant, n: int, base: SocProfile, residual: Residual) -> tuple[int, int]:
+def _unpruned(variant: Variant, n: int, base: SocProfile, residual: Residual) -> tuple[int, int, int]:
     """How many configurations a branch and bound could not drop if its floors carried the residual's
-    least factor per buffer count and core count (``Residual.floor_factors``): the cost of taking the
-    residual into the engine's re-fit without tighter floors. (0, 0) without a residual."""
+    least factor per buffer count and core count, and per tile too (``Residual.floor_factors``): what
+    taking the residual into the engine's re-fit costs at each granularity of floor; and the space's size.
+    Nothing without a residual."""
     if residual.identity:
-        return 0, 0
+        return 0, 0, 0
     kernel = bce_grad_kernel(variant, classes=1)
     scored = score_space(kernel, base, n)
     lv = levels(n, kernel.elem_bytes, scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num)
     us = scored.result.predicted_us
     best = float((us * residual.factors(lv)).min())
-    return int((us * residual.floor_factors(lv) <= best).sum()), len(scored)
+    by_cores = int((us * residual.floor_factors(lv) <= best).sum())
+    by_tile = int((us * residual.floor_factors(lv, BY_TILE_TOO) <= best).sum())
+    return by_cores, by_tile, len(scored)
 
 
 def _row(label: str, regrets: list[float]) -> str:

@@ -51,6 +51,10 @@ FEATURES: tuple[tuple[str, int], ...] = (
 )
 OFFSETS = tuple(int(x) for x in np.cumsum([0] + [levels for _, levels in FEATURES])[:-1])
 COLUMN = {name: j for j, (name, _) in enumerate(FEATURES)}
+#: What a search knows of a range of one BUFFER_NUM and core count, and of one tile of it too.
+BY_BUFFERS_AND_CORES = ("buffer_num", "cores", "cores_odd_x_buffers")
+BY_TILE_TOO = (*BY_BUFFERS_AND_CORES, "tile_align", "tile_align_x_buffers", "tile_in_page_x_buffers", "tile_size",
+               "tile_size_x_buffers")  # fmt: skip
 WIDTH = sum(levels for _, levels in FEATURES)
 #: Penalties tried (times the residuals' robust variance), chosen by held-out keys.
 PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0)
@@ -135,18 +139,19 @@ class Residual:
         out: np.ndarray = np.exp(z)
         return out
 
-    def floor_factors(self, lv: np.ndarray) -> np.ndarray:
-        """Under each configuration's factor, the least one any configuration of its BUFFER_NUM and core
-        count can take (the features those two fix at their level, every other at its least): the bound a
-        search over tiles and blocks would carry without knowing more of a range."""
+    def floor_factors(self, lv: np.ndarray, exact: tuple[str, ...] = BY_BUFFERS_AND_CORES) -> np.ndarray:
+        """Under each configuration's factor, the least one any configuration sharing its ``exact`` features
+        can take (those at their level; a feature crossed with the buffer count at its least for that count
+        where the buffer count is exact; every other at its least): the bound a search that knows only those
+        features of a range would carry."""
         b = np.asarray(self.beta)
         z = np.zeros(lv.shape[0])
         bn = lv[:, COLUMN["buffer_num"]]
         for j, ((name, count), off) in enumerate(zip(FEATURES, OFFSETS, strict=True)):
             seg = b[off : off + count]
-            if name in ("buffer_num", "cores", "cores_odd_x_buffers"):
+            if name in exact:
                 z += seg[lv[:, j]]
-            elif name.endswith("_x_buffers"):  # levels are (class * BUFFERS + buffer_num)
+            elif name.endswith("_x_buffers") and "buffer_num" in exact:  # levels are class * BUFFERS + buffers
                 z += seg.reshape(-1, BUFFERS).min(axis=0)[bn]
             else:
                 z += seg.min()

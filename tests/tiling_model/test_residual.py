@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tiling_model import engine
-from tiling_model.residual import FEATURES, NONE, OFFSETS, WIDTH, design, fit_residual, levels
+from tiling_model.residual import BY_TILE_TOO, FEATURES, NONE, OFFSETS, WIDTH, design, fit_residual, levels
 
 COL = {name: j for j, (name, _) in enumerate(FEATURES)}
 
@@ -113,6 +113,9 @@ def test_the_floor_is_under_every_factor_of_its_buffers_and_cores() -> None:
                    rng.integers(1, 49, m))  # fmt: skip
     f, floor = r.factors(space), r.floor_factors(space)
     assert np.all(floor <= f * (1 + 1e-12))
+    by_tile = r.floor_factors(space, BY_TILE_TOO)  # knowing more of a range: a floor as low or higher
+    assert np.all(floor <= by_tile * (1 + 1e-12)) and np.all(by_tile <= f * (1 + 1e-12))
+    assert np.any(by_tile > floor)
     # the least factor of a (buffers, cores) group is at or above its floor, and the floor is one it shares
     key = space[:, COL["buffer_num"]] * 100 + space[:, COL["cores"]]
     for g in np.unique(key)[:20]:
