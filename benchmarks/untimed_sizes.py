@@ -43,7 +43,7 @@ from tiling_model import TilingParams, Variant, load_soc
 from tiling_model.correction import IDENTITY
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.pick import refit
-from tiling_model.residual import BY_TILE_TOO, FEATURES, Residual, fit_residual, levels
+from tiling_model.residual import BY_TILE_TOO, COLUMN, FEATURES, Residual, fit_residual, levels
 from tiling_model.soc import SocProfile
 from tiling_model.space import score_space
 from tuner.learning import measurements
@@ -95,7 +95,7 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
              "fitted profile, whole space", "fitted + residual, whole space", "floor: every shared effect")  # fmt: skip
     regrets: dict[str, list[float]] = {name: [] for name in names}
     timed = [sweep["regret"][i] for i in chosen]
-    unpruned: list[tuple[int, int, int]] = []
+    unpruned: list[tuple[int, int, int, int]] = []
     for i in chosen:
         key, entry = keys[i], sweep["entries"][i]
         bucket = TilingParams(**entry.params)
@@ -113,7 +113,9 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
             for name, p in zip(names, picks, strict=True):
                 regrets[name].append(device.true_us(key.variant, n, p) / best - 1.0)
             if not residual.identity:
-                unpruned.append(_unpruned(key.variant, n, base, residual))
+                unpruned.append(
+                    (*_unpruned(key.variant, n, base, residual), _unpruned_today(key.variant, n, model.profile))
+                )
     print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys at {trials} trials, {len(chosen)} judged "
           f"({time.monotonic() - start:.0f} s)")  # fmt: skip
     summary = residual.summary()
@@ -124,11 +126,12 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
     for name in names:
         print(_row(f"untimed: {name}", regrets[name]))
     if unpruned:
-        by_cores, by_tile, space = np.array(unpruned).T
+        by_cores, by_tile, space, today = np.array(unpruned).T
         print(f"  configurations whose floor is under the best (median / p90 of {np.median(space):.0f} in the "
-              f"space): floors per buffer count and core count {np.median(by_cores):.0f} / "
-              f"{np.percentile(by_cores, 90):.0f}; per tile too {np.median(by_tile):.0f} / "
-              f"{np.percentile(by_tile, 90):.0f}")  # fmt: skip
+              f"space): residual floors per buffer count and core count {np.median(by_cores):.0f} / "
+              f"{np.percentile(by_cores, 90):.0f}, per tile too {np.median(by_tile):.0f} / "
+              f"{np.percentile(by_tile, 90):.0f}; today's knob-correction floors {np.median(today):.0f} / "
+              f"{np.percentile(today, 90):.0f}")  # fmt: skip
 
 
 def _unpruned(variant: Variant, n: int, base: SocProfile, residual: Residual) -> tuple[int, int, int]:
@@ -146,6 +149,21 @@ def _unpruned(variant: Variant, n: int, base: SocProfile, residual: Residual) ->
     by_cores = int((us * residual.floor_factors(lv) <= best).sum())
     by_tile = int((us * residual.floor_factors(lv, BY_TILE_TOO) <= best).sum())
     return by_cores, by_tile, len(scored)
+
+
+def _unpruned_today(variant: Variant, n: int, profile: SocProfile) -> int:
+    """The same count for today's re-fit: floors with the knob correction's least factor over block sizes and
+    tile alignments at the configuration's buffer count and core count (the engine's KnobFactorFloor)."""
+    kc = profile.knob_correction
+    kernel = bce_grad_kernel(variant, classes=1)
+    scored = score_space(kernel, profile, n)
+    lv = levels(n, kernel.elem_bytes, scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num)
+    bn, cores = lv[:, COLUMN["buffer_num"]], lv[:, COLUMN["cores"]]
+    exact = np.array([kc.factor(int(b), int(m), int(t), int(c)) for b, m, t, c in
+                      zip(scored.block_bytes, bn, scored.tile_bytes, cores, strict=True)])  # fmt: skip
+    floor = min(kc.block) * np.array(kc.buffer)[bn] * min(kc.align) * np.array(kc.cores)[np.minimum(cores, 64)]
+    us = scored.result.predicted_us  # with each configuration's own factor
+    return int((us / exact * floor <= float(us.min())).sum())
 
 
 def _row(label: str, regrets: list[float]) -> str:
