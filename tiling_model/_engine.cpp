@@ -23,10 +23,12 @@
 #include <vector>
 
 #include "bce_grad_cost_model.h"
+#include "bce_grad_residual.h"
 #include "bce_grad_tiling_core.h"
 
 namespace nb = nanobind;
 namespace cost = bce_grad::cost;
+namespace residual = bce_grad::residual;
 
 namespace {
 
@@ -553,4 +555,36 @@ NB_MODULE(_engine, m) {
     m.def("space_cores", &cost::SpaceCores, nb::arg("n"), nb::arg("elem_bytes"), nb::arg("block_bytes"),
           nb::arg("max_cores"), "The largest core count the search space holds for this block size (cost::SpaceCores).");
     m.def("tie_key", &cost::TieKey, nb::arg("us"), "A prediction rounded as ties are broken (np.round(us, 9)).");
+    std::vector<std::pair<std::string, int>> features;
+    for (int f = 0; f < residual::kFeatures; ++f) features.emplace_back(residual::kNames[f], residual::kLevels[f]);
+    m.attr("RESIDUAL_FEATURES") = features;
+    m.def(
+        "residual_levels",
+        [](int64_t n, int64_t elem, const Column& block, const Column& bn, const Column& tile, const Column& cores) {
+            const size_t m = block.shape(0);
+            if (bn.shape(0) != m || tile.shape(0) != m || cores.shape(0) != m) {
+                throw std::invalid_argument("block, buffer_num, tile and cores must have the same length");
+            }
+            if (n < 0 || elem < 1) throw std::invalid_argument("n >= 0 and elem_bytes >= 1");
+            for (size_t i = 0; i < m; ++i) {
+                if (block(i) < elem || tile(i) < elem || cores(i) < 1) {
+                    throw std::invalid_argument("block and tile >= elem_bytes, core_num >= 1");
+                }
+            }
+            const size_t width = residual::kFeatures;
+            int64_t* data = new int64_t[m * width]();
+            nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
+            {
+                nb::gil_scoped_release release;
+                for (size_t i = 0; i < m; ++i) {
+                    const cost::Kinds k = cost::KindsOf(n, elem, block(i), tile(i), cores(i));
+                    residual::LevelsOf(k, elem, block(i), bn(i), tile(i), data + i * width);
+                }
+            }
+            return nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(data, {m, width}, owner);
+        },
+        nb::arg("n"), nb::arg("elem_bytes"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
+        nb::arg("core_num"),
+        "(M, features) level of each residual feature (RESIDUAL_FEATURES) of M exact-scheme configurations at n "
+        "elements (residual::LevelsOf).");
 }

@@ -284,3 +284,14 @@ def best_index(
 ) -> int: ...
 def space_cores(n: int, elem_bytes: int, block_bytes: int, max_cores: int) -> int: ...
 def tie_key(us: float) -> float: ...
+
+RESIDUAL_FEATURES: list[tuple[str, int]]
+
+def residual_levels(
+    n: int,
+    elem_bytes: int,
+    block_bytes: np.ndarray,
+    buffer_num: np.ndarray,
+    tile_bytes: np.ndarray,
+    core_num: np.ndarray,
+) -> np.ndarray: ...

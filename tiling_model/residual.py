@@ -11,8 +11,11 @@ one free level per study key (a key's level is the hardware fit's business: the 
 configurations), its penalty chosen by held-out keys, and none at all unless it predicts held-out keys
 better than no residual (noise alone fits factors of 1).
 
-Prototype: the bench (``benchmarks/untimed_sizes.py``) scores the whole space with it; the engine, the
-service and the C++ build do not read it yet.
+The features are the engine's (``tiling_model/include/bce_grad_residual.h``, read here through
+``_engine.residual_levels``): the one source the engine's prediction and the exported header will price.
+Not yet applied anywhere but the bench (``benchmarks/untimed_sizes.py`` scores the whole space with it):
+the engine's re-fit needs floors that carry it (``floor_factors`` measures two granularities), and the
+learner, the tables, the service and the C++ build do not read it yet.
 """
 
 from __future__ import annotations
@@ -23,32 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiling_model import engine
+from tiling_model import _engine
 
-TILE_SIZE_CLASSES = 19  # log2 of the tile's bytes, 512 B (9) .. 256 KiB (18)
-#: Tiles per core: each count to 16 its own level, then 17-24, 25-32, 33-48, 49-64, more.
-TILES_BINS = (*range(1, 17), 24, 32, 48, 64)
-TILES_LEVELS = len(TILES_BINS) + 1
-PAGE_STEPS = 16  # a copy's bytes within an 8 KiB page, in 512-B steps
-BUFFERS = 5  # BUFFER_NUM 0 .. 4
-#: (name, levels): every feature a table of levels. Interactions with the buffer count are their own
-#: features: how deep the pipeline is changes what a copy size or a tile count costs.
-FEATURES: tuple[tuple[str, int], ...] = (
-    ("buffer_num", BUFFERS),
-    ("block_class", 16),
-    ("cores", 65),
-    ("cores_odd_x_buffers", 2 * BUFFERS),
-    ("tile_align", 5),  # the tile's largest divisor among 512 B, 1, 2, 4 and 8 KiB
-    ("tile_align_x_buffers", 5 * BUFFERS),
-    ("tile_in_page_x_buffers", PAGE_STEPS * BUFFERS),  # the copy's bytes modulo 8 KiB
-    ("tile_size", TILE_SIZE_CLASSES),
-    ("tile_size_x_buffers", TILE_SIZE_CLASSES * BUFFERS),
-    ("tail_align", 5),  # the slowest kind's last copy: not 32-B aligned, 32 B, 512 B, 2 KiB, 8 KiB
-    ("tail_align_x_tiles", 5 * TILES_LEVELS),  # a last copy's cost is a share of a core's tiles
-    ("tiles_x_buffers", TILES_LEVELS * BUFFERS),
-    ("core_bounds_aligned_x_buffers", 2 * BUFFERS),  # every core's copies start 512-B aligned in GM
-    ("structure", 4),  # small cores present, a distinct last core present
-)
+BUFFERS = 5  # BUFFER_NUM 0 .. 4: every "_x_buffers" feature's level is class * BUFFERS + buffer count
+#: (name, levels) of every feature, in the order of ``levels``' columns: the engine's (bce_grad_residual.h),
+#: each a table of levels. Interactions with the buffer count are their own features: how deep the
+#: pipeline is changes what a copy size or a tile count costs.
+FEATURES: tuple[tuple[str, int], ...] = tuple((str(name), int(count)) for name, count in _engine.RESIDUAL_FEATURES)
 OFFSETS = tuple(int(x) for x in np.cumsum([0] + [levels for _, levels in FEATURES])[:-1])
 COLUMN = {name: j for j, (name, _) in enumerate(FEATURES)}
 #: What a search knows of a range of one BUFFER_NUM and core count, and of one tile of it too.
@@ -65,47 +49,12 @@ MAX_LOG_FACTOR = math.log(1.5)
 OUTLIER_LOG = math.log(1.2)
 
 
-def _align_class(nbytes: np.ndarray, grains: tuple[int, ...]) -> np.ndarray:
-    out = np.zeros(nbytes.shape, dtype=np.int64)
-    for i, g in enumerate(grains, start=1):
-        out = np.where(nbytes % g == 0, i, out)
-    return out
-
-
 def levels(n: int, elem: int, block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray) -> np.ndarray:
-    """(M, len(FEATURES)) level of each feature for M exact-scheme configurations at ``n`` elements."""
-    block, bn, tile, cores = (np.asarray(a, dtype=np.int64) for a in (block, bn, tile, cores))
-    k = engine.core_kinds(n, elem, block, bn, tile, cores)
-    used = k.block_dim
-    bnc = np.clip(bn, 0, BUFFERS - 1)
-    work = np.where(k.cores > 0, k.tiles, -1)
-    slowest = np.argmax(work, axis=1)  # the kind with most tiles (the first on a tie)
-    rows = np.arange(len(block))
-    tiles = np.maximum(k.tiles[rows, slowest], 0)
-    tail_bytes = k.tail[rows, slowest] * elem
-    tile_align = _align_class(tile, (1024, 2048, 4096, 8192))
-    size = np.clip(np.floor(np.log2(np.maximum(tile, 1))).astype(np.int64), 0, TILE_SIZE_CLASSES - 1)
-    tiles_bin = np.searchsorted(np.array(TILES_BINS), tiles, side="left")
-    aligned = np.all(k.aligned | (k.cores == 0), axis=1)
-    tail_align = _align_class(tail_bytes, (32, 512, 2048, 8192))
-    structure = (k.cores[:, 1] > 0).astype(np.int64) * 2 + (k.cores[:, 2] > 0).astype(np.int64)
-    cols = (
-        bnc,
-        np.clip(np.floor(np.log2(np.maximum(block, 1))).astype(np.int64), 0, 15),
-        np.clip(used, 0, 64),
-        (used % 2) * BUFFERS + bnc,
-        tile_align,
-        tile_align * BUFFERS + bnc,
-        ((tile % 8192) // 512) * BUFFERS + bnc,
-        size,
-        size * BUFFERS + bnc,
-        tail_align,
-        tail_align * TILES_LEVELS + tiles_bin,
-        tiles_bin * BUFFERS + bnc,
-        aligned.astype(np.int64) * BUFFERS + bnc,
-        structure,
-    )
-    return np.stack(cols, axis=1)
+    """(M, len(FEATURES)) level of each feature for M exact-scheme configurations at ``n`` elements of ``elem``
+    bytes (the engine's residual::LevelsOf over its core kinds)."""
+    cols = (np.ascontiguousarray(a, dtype=np.int64) for a in (block, bn, tile, cores))
+    out: np.ndarray = _engine.residual_levels(n, elem, *cols)
+    return out
 
 
 def design(lv: np.ndarray) -> np.ndarray:

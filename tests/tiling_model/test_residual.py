@@ -120,3 +120,52 @@ def test_the_floor_is_under_every_factor_of_its_buffers_and_cores() -> None:
     key = space[:, COL["buffer_num"]] * 100 + space[:, COL["cores"]]
     for g in np.unique(key)[:20]:
         assert len(set(floor[key == g])) == 1
+
+
+def _spec_levels(
+    n: int, elem: int, block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray
+) -> np.ndarray:
+    """The features as written in NumPy over the engine's core kinds: the specification the engine's
+    residual::LevelsOf is checked against."""
+
+    def align(nbytes: np.ndarray, grains: tuple[int, ...]) -> np.ndarray:
+        out = np.zeros(nbytes.shape, dtype=np.int64)
+        for i, g in enumerate(grains, start=1):
+            out = np.where(nbytes % g == 0, i, out)
+        return out
+
+    k = engine.core_kinds(n, elem, block, bn, tile, cores)
+    used, bnc, rows = k.block_dim, np.clip(bn, 0, 4), np.arange(len(block))
+    slowest = np.argmax(np.where(k.cores > 0, k.tiles, -1), axis=1)
+    tiles = np.maximum(k.tiles[rows, slowest], 0)
+    tile_align = align(tile, (1024, 2048, 4096, 8192))
+    size = np.clip(np.floor(np.log2(np.maximum(tile, 1))).astype(np.int64), 0, 18)
+    tiles_bin = np.searchsorted(np.array((*range(1, 17), 24, 32, 48, 64)), tiles, side="left")
+    tail_align = align(k.tail[rows, slowest] * elem, (32, 512, 2048, 8192))
+    aligned = np.all(k.aligned | (k.cores == 0), axis=1)
+    cols = (bnc, np.clip(np.floor(np.log2(np.maximum(block, 1))).astype(np.int64), 0, 15), np.clip(used, 0, 64),
+            (used % 2) * 5 + bnc, tile_align, tile_align * 5 + bnc, ((tile % 8192) // 512) * 5 + bnc, size,
+            size * 5 + bnc, tail_align, tail_align * 21 + tiles_bin, tiles_bin * 5 + bnc,
+            aligned.astype(np.int64) * 5 + bnc,
+            (k.cores[:, 1] > 0).astype(np.int64) * 2 + (k.cores[:, 2] > 0).astype(np.int64))  # fmt: skip
+    return np.stack(cols, axis=1)
+
+
+@pytest.mark.parametrize("n", [1, 33, 4097, 1_000_003, 2**24, 3 * 2**25 + 5])
+@pytest.mark.parametrize("elem", [2, 4])
+def test_the_engine_levels_equal_the_specification(n: int, elem: int) -> None:
+    rng = np.random.default_rng(n + elem)
+    m = 500
+    block = rng.choice([32, 64, 256, 512, 1024, 4096, 16384], m).astype(np.int64)
+    bn = rng.integers(1, 5, m)
+    tile = 512 * rng.integers(1, 400, m)
+    cores = rng.integers(1, 65, m)
+    assert np.array_equal(levels(n, elem, block, bn, tile, cores), _spec_levels(n, elem, block, bn, tile, cores))
+
+
+def test_bad_knobs_are_named() -> None:
+    one = np.array([1], dtype=np.int64)
+    with pytest.raises(ValueError, match="block and tile >= elem_bytes, core_num >= 1"):
+        levels(100, 4, one * 512, one, one * 512, one * 0)
+    with pytest.raises(ValueError, match="the same length"):
+        levels(100, 4, np.array([512, 512]), one, one * 512, one)
