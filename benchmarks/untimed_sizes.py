@@ -13,6 +13,7 @@ each at two sizes it never timed (x0.61 and x1.37), true regret over the exhaust
 - that profile scoring the whole space (every buffer count);
 - the fitted hardware with the learned residual over the realised tiling (``tiling_model.residual``)
   instead of the knob correction, scoring the whole space: the candidate (Python only so far);
+- the same residual fitted on what the knob correction leaves, on top of it (stacked);
 - the floor: a model that knows every effect the device shares across sizes (all but the
   per-configuration part), whole space.
 
@@ -89,10 +90,12 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
     model = learner.fit_device()
     base = replace(model.profile, knob_correction=IDENTITY)
     residual = fitted_residual(learner, base)
+    stacked = fitted_residual(learner, model.profile)  # on what the knob correction leaves
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(keys), size=min(judged, len(keys)), replace=False))
     names = ("shipped model, re-fit (bucket's buffers)", "fitted profile, re-fit (today)",
-             "fitted profile, whole space", "fitted + residual, whole space", "floor: every shared effect")  # fmt: skip
+             "fitted profile, whole space", "fitted + residual, whole space",
+             "fitted + correction + residual, whole space", "floor: every shared effect")  # fmt: skip
     regrets: dict[str, list[float]] = {name: [] for name in names}
     timed = [sweep["regret"][i] for i in chosen]
     unpruned: list[tuple[int, int, int, int]] = []
@@ -108,6 +111,7 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
                 refit(n, key.variant, model.profile, bucket),
                 whole_space_pick(key.variant, n, model.profile),
                 whole_space_pick(key.variant, n, base, residual),
+                whole_space_pick(key.variant, n, model.profile, stacked),
                 floor,
             )
             for name, p in zip(names, picks, strict=True):
@@ -118,9 +122,11 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
                 )
     print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys at {trials} trials, {len(chosen)} judged "
           f"({time.monotonic() - start:.0f} s)")  # fmt: skip
-    summary = residual.summary()
-    print(f"  residual: penalty {summary['penalty']}, held-out within-key log rms {summary['held_out_rms']} "
-          f"(none: {summary['held_out_rms_none']}), {sum(len(v) for v in summary['factors'].values())} levels moved")  # type: ignore[attr-defined]  # fmt: skip
+    for label, r in (("residual", residual), ("residual on the knob correction", stacked)):
+        summary = r.summary()
+        moved = sum(len(v) for v in summary["factors"].values())  # type: ignore[attr-defined]
+        print(f"  {label}: penalty {summary['penalty']}, held-out within-key log rms {summary['held_out_rms']} "
+              f"(none: {summary['held_out_rms_none']}), {moved} levels moved")  # fmt: skip
     print(f"  {'true regret':<52}{'median':>8}{'p90':>8}{'worst':>8}{'<=1%':>7}{'<=2%':>7}")
     print(_row("timed keys: the sweep's entries", timed))
     for name in names:
@@ -131,7 +137,7 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
               f"space): residual floors per buffer count and core count {np.median(by_cores):.0f} / "
               f"{np.percentile(by_cores, 90):.0f}, per tile too {np.median(by_tile):.0f} / "
               f"{np.percentile(by_tile, 90):.0f}; today's knob-correction floors {np.median(today):.0f} / "
-              f"{np.percentile(today, 90):.0f}")  # fmt: skip
+              f"{np.percentile(today, 90):.0f}", flush=True)  # fmt: skip
 
 
 def _unpruned(variant: Variant, n: int, base: SocProfile, residual: Residual) -> tuple[int, int, int]:
