@@ -41,7 +41,7 @@ BY_TILE_TOO = (*BY_BUFFERS_AND_CORES, "tile_align", "tile_align_x_buffers", "til
                "tile_size_x_buffers")  # fmt: skip
 WIDTH = sum(levels for _, levels in FEATURES)
 #: Penalties tried (times the residuals' robust variance), chosen by held-out keys.
-PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0)
+PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)
 FOLDS = 5
 MAX_LOG_FACTOR = math.log(1.5)
 #: A measurement this far (in log) from its key's median and beyond 5 MADs is a disturbed one, left out
