@@ -8,9 +8,10 @@ One device, as a real one would differ from its SoC profile:
   overheads, core placement: what the simulator does not model);
 - **per-configuration effects** the structure does not explain (a factor per configuration of a key);
 - or (``shape="realised"``) **effects of the realised tiling** in place of the tile, alignment and
-  core-count ones (the block and BUFFER_NUM ones stay): what the knobs make of a size (a copy's bytes within 4 KiB against the buffer count, the last
-  copy's alignment weighted by its share of a core's tiles, core boundaries off 512 B, tiles per core
-  against the buffer count, an odd core count), so a correction by knob class cannot express them;
+  core-count ones (the block and BUFFER_NUM ones stay): what the knobs make of a size (a copy's bytes
+  within 4 KiB against the buffer count, the last copy's alignment weighted by its share of a core's
+  tiles, core boundaries off 512 B, tiles per core against the buffer count, an odd core count), so a
+  correction by knob class cannot express them;
 - **noise** on every sample (log-normal) with **outliers** (a share of samples 1.5 to 3 times slow).
 
 ``truth_us`` is the noise-free time; ``optimum`` the best of a key's whole search space under it
