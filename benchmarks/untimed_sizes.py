@@ -39,15 +39,14 @@ import numpy as np
 import optuna
 from search_efficiency import pick_keys, run
 
-from model_tools.calibrate import errors
 from tiling_model import TilingParams, Variant, load_soc
 from tiling_model.correction import IDENTITY
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.pick import refit
-from tiling_model.residual import BY_TILE_TOO, COLUMN, FEATURES, Residual, fit_residual, levels
+from tiling_model.residual import BY_TILE_TOO, COLUMN, Residual, levels
 from tiling_model.soc import SocProfile
 from tiling_model.space import score_space
-from tuner.learning import measurements
+from tuner.learning import measurements, sweep_residual
 from tuner.synthetic import DEVICE_SHAPES, SyntheticDevice
 
 SOC = "Ascend910B2"
@@ -55,20 +54,9 @@ FACTORS = (0.61, 1.37)
 
 
 def fitted_residual(learner: object, base: SocProfile) -> Residual:
-    """The residual over every measurement of the sweep, on the fitted hardware without its knob correction."""
+    """The residual over every measurement of the sweep, on ``base`` (what it corrects)."""
     cases = measurements(learner.storage, learner.soc, learner.backend)  # type: ignore[attr-defined]
-    logs = -np.log1p(errors(cases, base))  # log(measured / predicted)
-    lv = np.zeros((len(cases), len(FEATURES)), dtype=np.int64)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, m in enumerate(cases):
-        t = m.launches[0]
-        groups.setdefault((id(t.kernel), t.n), []).append(i)
-    for idx in groups.values():
-        t0 = cases[idx[0]].launches[0]
-        cols = [np.array([getattr(cases[i].launches[0].params, k) for i in idx]) for k in
-                ("block_bytes", "buffer_num", "tile_bytes", "core_num")]  # fmt: skip
-        lv[idx] = levels(t0.n, t0.elem_bytes, *cols)
-    return fit_residual(lv, [m.key for m in cases], logs)
+    return sweep_residual(cases, base)
 
 
 def whole_space_pick(variant: Variant, n: int, profile: SocProfile, residual: Residual | None = None) -> TilingParams:

@@ -11,12 +11,12 @@ import numpy as np
 import optuna
 import pytest
 
-from model_tools.calibrate import errors
 from tiling_model import Variant, load_soc
 from tiling_model.correction import IDENTITY
-from tiling_model.residual import fit_residual, levels
+from tiling_model.residual import levels
+from tiling_model.tiling import KNOB_NAMES
 from tuner.key import StudyKey
-from tuner.learning import measurements
+from tuner.learning import measurements, sweep_residual
 from tuner.storage import open_storage
 from tuner.sweep import run_sweep
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
@@ -37,15 +37,13 @@ def test_a_realised_devices_sweep_teaches_the_residual(tmp_path: Path) -> None:
     cases = measurements(storage, SOC, backend.name)
     assert len({m.key for m in cases}) == len(keys)
     base = replace(table.profile(), knob_correction=IDENTITY)  # the fitted hardware
-    logs = -np.log1p(errors(cases, base))
-    lv = np.vstack([levels(m.launches[0].n, m.launches[0].elem_bytes, *(np.array([getattr(m.launches[0].params, k)])
-                    for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num"))) for m in cases])  # fmt: skip
-    r = fit_residual(lv, [m.key for m in cases], logs)
+    r = sweep_residual(cases, base)
     assert not r.identity
     assert r.held_out_rms < 0.8 * r.held_out_rms_none  # keys it was not fitted on, ranked better (0.53x here)
     # and it ranks the configurations the sweep measured closer to the device's shared effects
+    lv = np.vstack([levels(m.launches[0].n, m.launches[0].elem_bytes, *(np.array([getattr(m.launches[0].params, k)])
+                    for k in KNOB_NAMES)) for m in cases])  # fmt: skip
     f = r.factors(lv)
-    shared = np.array([device.effects(*(np.array([getattr(m.launches[0].params, k)]) for k in
-                                        ("block_bytes", "buffer_num", "tile_bytes", "core_num")), 0,
+    shared = np.array([device.effects(*(np.array([getattr(m.launches[0].params, k)]) for k in KNOB_NAMES), 0,
                                       m.launches[0].n, m.launches[0].elem_bytes, True)[0] for m in cases])  # fmt: skip
     assert np.corrcoef(np.log(f), np.log(shared))[0, 1] > 0.7  # 0.97 here
