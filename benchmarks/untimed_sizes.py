@@ -39,6 +39,7 @@ import numpy as np
 import optuna
 from search_efficiency import pick_keys, run
 
+from model_tools.calibrate import device_residual
 from tiling_model import TilingParams, Variant, load_soc
 from tiling_model.correction import IDENTITY
 from tiling_model.kernels import bce_grad_kernel
@@ -46,7 +47,7 @@ from tiling_model.pick import refit
 from tiling_model.residual import BY_TILE_TOO, COLUMN, Residual, levels
 from tiling_model.soc import SocProfile
 from tiling_model.space import score_space
-from tuner.learning import measurements, sweep_residual
+from tuner.learning import measurements
 from tuner.synthetic import DEVICE_SHAPES, SyntheticDevice
 
 SOC = "Ascend910B2"
@@ -56,7 +57,7 @@ FACTORS = (0.61, 1.37)
 def fitted_residual(learner: object, base: SocProfile) -> Residual:
     """The residual over every measurement of the sweep, on ``base`` (what it corrects)."""
     cases = measurements(learner.storage, learner.soc, learner.backend)  # type: ignore[attr-defined]
-    return sweep_residual(cases, base)
+    return device_residual(cases, base)
 
 
 def whole_space_pick(variant: Variant, n: int, profile: SocProfile, residual: Residual | None = None) -> TilingParams:

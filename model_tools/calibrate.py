@@ -37,6 +37,10 @@ from tiling_model.cost import predict
 from tiling_model.errors import BadRequest
 from tiling_model.kernels import NAMED_KERNELS, VECTOR_OPS, ElementwiseKernel, elementwise_kernel
 from tiling_model.model_types import DEFAULT_L2, L2_STATES, L2State
+from tiling_model.residual import FEATURES as RESIDUAL_FEATURES
+from tiling_model.residual import NONE as NO_RESIDUAL
+from tiling_model.residual import Residual, fit_residual
+from tiling_model.residual import levels as residual_levels
 from tiling_model.soc import SocProfile, rehashed
 from tiling_model.tiling import (
     KNOB_NAMES,
@@ -545,6 +549,7 @@ class DeviceFit:
     held_out: np.ndarray | None  # by folds of keys: sizes the fit did not see (None: too few keys)
     cases: list[Measured] = field(repr=False)
     held_out_variants: np.ndarray | None = None  # by folds of variants: variants it did not see
+    residual: Residual = NO_RESIDUAL  # on top of the correction (tiling_model.residual)
 
     def summary(self) -> dict[str, Any]:
         """The fit in numbers, with the bands answers carry (``tiling_model.confidence``): ``intervals`` from
@@ -559,6 +564,7 @@ class DeviceFit:
             "fitted_uncertainty": self.fitted.uncertainty(),
             **({"not_fitted": self.fitted.not_fitted} if self.fitted.not_fitted else {}),
             "knob_correction": self.correction.summary(),
+            "residual": self.residual.summary(),
             "median_before": round(float(np.median(np.abs(self.before))), 4),
             "median": round(float(np.median(np.abs(self.after))), 4),
             "in_sample_band": _ratio_band(1.0 / (1.0 + np.asarray(self.after, dtype=float))),
@@ -582,8 +588,10 @@ FOLDS = 5
 ROUNDS = 3
 
 
-def _fit_device(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...]) -> tuple[Fitted, KnobCorrection]:
-    base = replace(soc, knob_correction=IDENTITY)
+def _fit_device(
+    cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...]
+) -> tuple[Fitted, KnobCorrection, Residual]:
+    base = replace(soc, knob_correction=IDENTITY, residual=NO_RESIDUAL)
     configs = [_knobs(m.launches[0]) for m in cases]
     ours = [i for i, m in enumerate(cases) if len(m.launches) == 1 and m.launches[0].kernel.knob_corrected]
     correction, start = IDENTITY, base
@@ -594,7 +602,26 @@ def _fit_device(cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...
         logs = -np.log1p(errors([cases[i] for i in ours], hardware))  # log(measured / predicted)
         correction = fit_correction([configs[i] for i in ours], [float(x) for x in logs], [cases[i].key for i in ours])
         start = hardware
-    return fitted, correction
+    residual = device_residual([cases[i] for i in ours], replace(fitted.apply(base), knob_correction=correction))
+    return fitted, correction, residual
+
+
+def device_residual(cases: Sequence[Measured], base: SocProfile) -> Residual:
+    """The learned residual over the realised tiling (``tiling_model.residual``) of measurements of bcetune's
+    kernel on what ``base`` predicts (the hardware fit and its knob correction): each size's configurations'
+    levels in one engine call; none where held-out keys say it does not help."""
+    if not cases:
+        return NO_RESIDUAL
+    logs = -np.log1p(errors(cases, base))  # log(measured / predicted)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, m in enumerate(cases):
+        groups.setdefault((id(m.launches[0].kernel), m.launches[0].n), []).append(i)
+    lv = np.zeros((len(cases), len(RESIDUAL_FEATURES)), dtype=np.int64)
+    for idx in groups.values():
+        t0 = cases[idx[0]].launches[0]
+        cols = [np.array([getattr(cases[i].launches[0].params, k) for i in idx]) for k in KNOB_NAMES]
+        lv[idx] = residual_levels(t0.n, t0.elem_bytes, *cols)
+    return fit_residual(lv, [m.key for m in cases], logs)
 
 
 def _knobs(t: TilingData) -> tuple[int, int, int, int]:
@@ -612,8 +639,8 @@ def fit_device(
     intervals a prediction carries, for a variant the sweep measured and for one it did not."""
     if not cases:
         raise CalibrationError("no measurements to fit a device to")
-    fitted, correction = _fit_device(cases, soc, free)
-    profile = rehashed(replace(fitted.apply(soc), knob_correction=correction))
+    fitted, correction, residual = _fit_device(cases, soc, free)
+    profile = rehashed(replace(fitted.apply(soc), knob_correction=correction, residual=residual))
     keys = sorted({m.key for m in cases})
     variants = sorted({m.launches[0].variant.label() for m in cases})
     held = held_variants = None
@@ -622,7 +649,15 @@ def fit_device(
     if folds > 0 and len(variants) >= 2:
         held_variants = _held_out(cases, soc, free, [m.launches[0].variant.label() for m in cases], variants, folds)
     return DeviceFit(
-        profile, fitted, correction, errors(cases, soc), errors(cases, profile), held, list(cases), held_variants
+        profile,
+        fitted,
+        correction,
+        errors(cases, soc),
+        errors(cases, profile),
+        held,
+        list(cases),
+        held_variants,
+        residual,
     )
 
 
@@ -637,6 +672,7 @@ def _held_out(
         out = set(groups[f::k])
         train = [m for m, g in zip(cases, group, strict=True) if g not in out]
         idx = [i for i, g in enumerate(group) if g in out]
-        fold_fit, fold_corr = _fit_device(train, soc, free)
-        held[idx] = errors([cases[i] for i in idx], replace(fold_fit.apply(soc), knob_correction=fold_corr))
+        fold_fit, fold_corr, fold_res = _fit_device(train, soc, free)
+        fold_profile = replace(fold_fit.apply(soc), knob_correction=fold_corr, residual=fold_res)
+        held[idx] = errors([cases[i] for i in idx], fold_profile)
     return held

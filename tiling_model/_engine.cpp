@@ -52,30 +52,35 @@ struct OwnedCurve {
     cost::Curve View() const { return cost::Curve{bytes.data(), us.data(), static_cast<int>(us.size()), slope, fixed}; }
 };
 
-/** A SoC as the engine reads it, owning its curves and its knob correction. */
+/** A SoC as the engine reads it, owning its curves, its knob correction and its residual. */
 struct Soc {
     std::string name;
     OwnedCurve mte2, mte3;
     std::vector<double> blockFactor, bufferFactor, alignFactor, coreFactor;  // empty: no correction
+    std::vector<double> residualFactor;                                      // empty: no residual
     cost::SocModel model{};
 
     Soc(std::string name_, int64_t aivCores, double launchUs, double coreStartUs, double vectorStartCycles,
         double vectorMhz, double misalignedFactor, double hbmGbps, double l2Gbps, double hbmPeakGbps,
         double l2PeakGbps, double l2HalfBytes, double l2Falloff, double l2Bytes, const Points& mte2Points,
         const Points& mte3Points, std::vector<double> blockFactors, std::vector<double> bufferFactors,
-        std::vector<double> alignFactors, std::vector<double> coreFactors)
+        std::vector<double> alignFactors, std::vector<double> coreFactors, std::vector<double> residualFactors)
         : name(std::move(name_)), mte2(mte2Points), mte3(mte3Points), blockFactor(std::move(blockFactors)),
           bufferFactor(std::move(bufferFactors)), alignFactor(std::move(alignFactors)),
-          coreFactor(std::move(coreFactors)) {
+          coreFactor(std::move(coreFactors)), residualFactor(std::move(residualFactors)) {
         if (aivCores < 1 || aivCores > cost::kMaxCores) throw std::invalid_argument("aiv_cores must be 1..64");
         const bool none = blockFactor.empty() && bufferFactor.empty() && alignFactor.empty() && coreFactor.empty();
         if (!none && (blockFactor.size() != cost::kBlockClasses || bufferFactor.size() != cost::kBufferClasses ||
                       alignFactor.size() != cost::kAlignClasses || coreFactor.size() != cost::kCoreClasses)) {
             throw std::invalid_argument("a knob correction needs 16 block, 5 buffer, 4 alignment and 65 core factors");
         }
-        for (const auto* v : {&blockFactor, &bufferFactor, &alignFactor, &coreFactor}) {
+        if (!residualFactor.empty() && residualFactor.size() != static_cast<size_t>(residual::kWidth)) {
+            throw std::invalid_argument("a residual needs one factor per level of every feature (" +
+                                        std::to_string(residual::kWidth) + ")");
+        }
+        for (const auto* v : {&blockFactor, &bufferFactor, &alignFactor, &coreFactor, &residualFactor}) {
             for (double f : *v) {
-                if (!(f > 0.0) || !std::isfinite(f)) throw std::invalid_argument("knob factors must be positive");
+                if (!(f > 0.0) || !std::isfinite(f)) throw std::invalid_argument("knob and residual factors must be positive");
             }
         }
         model = cost::SocModel{nullptr, aivCores, 0, 0, launchUs, coreStartUs, vectorStartCycles, vectorMhz,
@@ -88,6 +93,7 @@ struct Soc {
             model.alignFactor = alignFactor.data();
             model.coreFactor = coreFactor.data();
         }
+        if (!residualFactor.empty()) model.residualFactor = residualFactor.data();
     }
     Soc(const Soc&) = delete;
     Soc& operator=(const Soc&) = delete;
@@ -321,13 +327,14 @@ NB_MODULE(_engine, m) {
     nb::class_<Soc>(m, "Soc", "A SoC profile's model numbers (the engine's SocModel), owning its DMA curves.")
         .def(nb::init<std::string, int64_t, double, double, double, double, double, double, double, double, double,
                       double, double, double, const Points&, const Points&, std::vector<double>, std::vector<double>,
-                      std::vector<double>, std::vector<double>>(),
+                      std::vector<double>, std::vector<double>, std::vector<double>>(),
              nb::kw_only(), nb::arg("name"), nb::arg("aiv_cores"), nb::arg("launch_us"), nb::arg("core_start_us"),
              nb::arg("vector_start_cycles"), nb::arg("vector_mhz"), nb::arg("misaligned_factor"), nb::arg("hbm_gbps"),
              nb::arg("l2_gbps"), nb::arg("hbm_peak_gbps"), nb::arg("l2_peak_gbps"), nb::arg("l2_half_bytes"),
              nb::arg("l2_falloff"), nb::arg("l2_bytes"), nb::arg("mte2_curve_kib_us"), nb::arg("mte3_curve_kib_us"),
              nb::arg("block_factors") = std::vector<double>{}, nb::arg("buffer_factors") = std::vector<double>{},
-             nb::arg("align_factors") = std::vector<double>{}, nb::arg("core_factors") = std::vector<double>{})
+             nb::arg("align_factors") = std::vector<double>{}, nb::arg("core_factors") = std::vector<double>{},
+             nb::arg("residual_factors") = std::vector<double>{})
         .def_ro("name", &Soc::name)
         .def_prop_ro("aiv_cores", [](const Soc& s) { return s.model.aivCores; })
         .def_prop_ro("mte2_tail", [](const Soc& s) { return std::make_pair(s.mte2.slope, s.mte2.fixed); },
@@ -441,6 +448,15 @@ NB_MODULE(_engine, m) {
           nb::arg("soc"), nb::arg("kernel"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
           nb::arg("cores"),
           "The SoC's knob correction of one configuration (1 without one, or for another kernel).");
+    m.def("config_factor",
+          [](const Soc& s, const Kernel& k, const cost::Kinds& kd, int64_t block, int64_t bn, int64_t tile) {
+              if (block < 1 || tile < 1) throw std::invalid_argument("block_bytes and tile_bytes must be >= 1");
+              return cost::ConfigFactor(s.model, k.model, kd, block, bn, tile);
+          },
+          nb::arg("soc"), nb::arg("kernel"), nb::arg("kinds"), nb::arg("block_bytes"), nb::arg("buffer_num"),
+          nb::arg("tile_bytes"),
+          "What an exact-scheme configuration's prediction is multiplied by: its knob correction times its residual.");
+    m.attr("RESIDUAL_WIDTH") = residual::kWidth;
     nb::class_<bce_grad::BufferPlan>(m, "BufferPlan", "A kernel's UB plan: what InitBuffer asks for (bce_grad_tiling_core.h).")
         .def("__init__",
              [](bce_grad::BufferPlan* self, int64_t fullInputs, int64_t outputs, int64_t elem, int64_t tempBytesPerElem,

@@ -119,6 +119,7 @@ class Soc:
         buffer_factors: list[float] = ...,
         align_factors: list[float] = ...,
         core_factors: list[float] = ...,
+        residual_factors: list[float] = ...,
     ) -> None: ...
     @property
     def name(self) -> str: ...
@@ -258,6 +259,9 @@ def pipelines(
     float,
 ]: ...
 def knob_factor(soc: Soc, kernel: Kernel, block_bytes: int, buffer_num: int, tile_bytes: int, cores: int) -> float: ...
+def config_factor(
+    soc: Soc, kernel: Kernel, kinds: Kinds, block_bytes: int, buffer_num: int, tile_bytes: int
+) -> float: ...
 def tiling_fields(
     scheme: str,
     n: int,
@@ -286,6 +290,7 @@ def space_cores(n: int, elem_bytes: int, block_bytes: int, max_cores: int) -> in
 def tie_key(us: float) -> float: ...
 
 RESIDUAL_FEATURES: list[tuple[str, int]]
+RESIDUAL_WIDTH: int
 
 def residual_levels(
     n: int,

@@ -72,7 +72,7 @@ def predict_detail(t: TilingData, soc: SocProfile | None = None, l2: L2State = D
     k = engine_kinds(t)
     p = engine.evaluate(t.kernel, profile, k, t.fields.tileDataNum, t.params.buffer_num, t.n, l2)
     us, core_us, bandwidth_us, roof, busy = p.us, p.core_us, p.bandwidth_us, p.roofline_us, p.busy_us
-    us = us * _knob_factor(t, profile)
+    us = us * _config_factor(t, profile, k)
     if us == 0.0 or profile.launch_us >= max(core_us, bandwidth_us):
         bottleneck = "launch"
     elif bandwidth_us >= core_us:
@@ -98,16 +98,18 @@ def predict_with_roofline(
 ) -> tuple[float, float]:
     """``predict_detail``'s predicted and roofline times alone (what an answer of the service carries)."""
     profile = soc or load_soc(t.soc)
-    p = engine.evaluate(t.kernel, profile, engine_kinds(t), t.fields.tileDataNum, t.params.buffer_num, t.n, l2)
-    return p.us * _knob_factor(t, profile), p.roofline_us
+    k = engine_kinds(t)
+    p = engine.evaluate(t.kernel, profile, k, t.fields.tileDataNum, t.params.buffer_num, t.n, l2)
+    return p.us * _config_factor(t, profile, k), p.roofline_us
 
 
-def _knob_factor(t: TilingData, soc: SocProfile) -> float:
-    """The device's knob correction of this tiling's prediction (1: none, or not bcetune's exact kernel)."""
+def _config_factor(t: TilingData, soc: SocProfile, kinds: engine.Kinds) -> float:
+    """The device's knob correction and residual of this tiling's prediction (1: none, or not bcetune's
+    exact kernel)."""
     if t.scheme != "exact":
         return 1.0
     p = t.params
-    return engine.knob_factor(t.kernel, soc, p.block_bytes, p.buffer_num, p.tile_bytes, t.block_dim)
+    return engine.config_factor(t.kernel, soc, kinds, p.block_bytes, p.buffer_num, p.tile_bytes)
 
 
 def predict(t: TilingData, soc: SocProfile | None = None, l2: L2State = DEFAULT_L2) -> float:

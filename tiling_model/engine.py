@@ -66,11 +66,13 @@ def soc_model(soc: SocProfile) -> _engine.Soc:
 
 
 def _correction_args(soc: SocProfile) -> dict[str, list[float]]:
-    c = soc.knob_correction
-    if c.identity:
-        return {}
-    return {"block_factors": list(c.block), "buffer_factors": list(c.buffer), "align_factors": list(c.align),
-            "core_factors": list(c.cores)}  # fmt: skip
+    c, args = soc.knob_correction, {}
+    if not c.identity:
+        args = {"block_factors": list(c.block), "buffer_factors": list(c.buffer), "align_factors": list(c.align),
+                "core_factors": list(c.cores)}  # fmt: skip
+    if not soc.residual.identity:
+        args["residual_factors"] = list(soc.residual.table())
+    return args
 
 
 def kernel_model(kernel: ElementwiseKernel) -> _engine.Kernel:
@@ -166,6 +168,17 @@ def knob_factor(
         return 1.0
     k, s = kernel_model(kernel), soc_model(soc)
     return _engine.knob_factor(s, k, int(block), int(buffer_num), int(tile), int(cores))
+
+
+def config_factor(
+    kernel: ElementwiseKernel, soc: SocProfile, kinds: _engine.Kinds, block: int, buffer_num: int, tile: int
+) -> float:
+    """What an exact-scheme configuration's prediction is multiplied by (``kinds``: its core kinds): the
+    SoC's knob correction times its residual; 1 without either, or for a kernel they do not apply to."""
+    if (soc.knob_correction.identity and soc.residual.identity) or not kernel.knob_corrected:
+        return 1.0
+    k, s = kernel_model(kernel), soc_model(soc)
+    return _engine.config_factor(s, k, kinds, int(block), int(buffer_num), int(tile))
 
 
 def _column(x: np.ndarray) -> np.ndarray:

@@ -12,10 +12,11 @@ configurations), its penalty chosen by held-out keys, and none at all unless it 
 better than no residual (noise alone fits factors of 1).
 
 The features are the engine's (``tiling_model/include/bce_grad_residual.h``, read here through
-``_engine.residual_levels``): the one source the engine's prediction and the exported header will price.
-Not yet applied anywhere but the bench (``benchmarks/untimed_sizes.py`` scores the whole space with it):
-the engine's re-fit needs floors that carry it (``floor_factors`` measures two granularities), and the
-learner, the tables, the service and the C++ build do not read it yet.
+``_engine.residual_levels``): one source. A device's profile carries its residual (``SocProfile.residual``,
+fitted by the sweep's learner on top of the knob correction); the engine multiplies every prediction of
+bcetune's kernel by it (``table``: one factor per level, multiplied in feature order) and its re-fit's floors
+carry its least over each range, so the service, the explorer, the torch op and the exported C++
+``TunedTiling`` all search with it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,9 +77,40 @@ class Residual:
     held_out_rms: float = 0.0  # held-out log error with the residual (of the chosen penalty)
     held_out_rms_none: float = 0.0  # and without
 
+    def __post_init__(self) -> None:
+        if len(self.beta) != WIDTH or not all(math.isfinite(b) for b in self.beta):
+            raise ValueError(f"a residual needs {WIDTH} finite log factors, got {len(self.beta)}")
+
     @property
     def identity(self) -> bool:
         return not any(self.beta)
+
+    def table(self) -> tuple[float, ...]:
+        """The factor of every level (features in order): what the engine and the exported header multiply."""
+        return tuple(math.exp(b) for b in self.beta)
+
+    def to_json(self) -> dict[str, Any]:
+        """The log factors by feature, and what the fit chose and measured."""
+        return {"log_factors": {name: list(self.beta[off : off + count])
+                                for (name, count), off in zip(FEATURES, OFFSETS, strict=True)},
+                "penalty": self.penalty, "held_out_rms": self.held_out_rms,
+                "held_out_rms_none": self.held_out_rms_none}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Residual:
+        """``to_json``'s document; ValueError naming what does not fit the engine's features."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("log_factors"), dict):
+            raise ValueError("residual must be an object with log_factors (by feature) and its fit's figures")
+        logs = doc["log_factors"]
+        if set(logs) != set(COLUMN):
+            raise ValueError(f"residual log_factors must name the features {sorted(COLUMN)}, got {sorted(logs)}")
+        beta: list[float] = []
+        for name, count in FEATURES:
+            if not isinstance(logs[name], list) or len(logs[name]) != count:
+                raise ValueError(f"residual feature {name!r} needs {count} log factors")
+            beta += [float(b) for b in logs[name]]
+        return cls(tuple(beta), float(doc.get("penalty", 0.0)), float(doc.get("held_out_rms", 0.0)),
+                   float(doc.get("held_out_rms_none", 0.0)))  # fmt: skip
 
     def factors(self, lv: np.ndarray) -> np.ndarray:
         """The factor on each configuration's prediction."""

@@ -48,6 +48,7 @@ from tiling_model.model_types import (
     SteadyL2,
     resident_share,
 )
+from tiling_model.residual import OFFSETS, levels
 from tiling_model.soc import SocProfile
 
 
@@ -333,4 +334,27 @@ def knob_factors(
     k = np.clip(np.asarray(cores, dtype=np.int64), 0, 64)
     factors: np.ndarray = np.asarray(c.block)[bits] * np.asarray(c.buffer)[n] * np.asarray(c.align)[align]
     factors = factors * np.asarray(c.cores)[k]
+    return factors
+
+
+def residual_factors(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    block: np.ndarray,
+    bn: np.ndarray,
+    tile: np.ndarray,
+    cores: np.ndarray,
+) -> np.ndarray:
+    """The SoC's learned residual of each configuration at ``n`` elements (engine ResidualFactor): its
+    levels' factors multiplied in feature order, 1 for a kernel it does not apply to. score_space's
+    predictions carry ``knob_factors * residual_factors``."""
+    m = np.shape(block)
+    if soc.residual.identity or not kernel.knob_corrected:
+        return np.ones(m)
+    lv = levels(n, kernel.elem_bytes, np.asarray(block), np.asarray(bn), np.asarray(tile), np.asarray(cores))
+    table = np.asarray(soc.residual.table())
+    factors = np.ones(m)
+    for j, off in enumerate(OFFSETS):
+        factors = factors * table[off + lv[:, j]]
     return factors

@@ -17,6 +17,7 @@ from typing import Any
 
 from tiling_model.correction import IDENTITY, KnobCorrection
 from tiling_model.errors import BadRequest
+from tiling_model.residual import NONE, Residual
 
 
 class UnknownSocError(BadRequest):
@@ -57,6 +58,9 @@ class SocProfile:
     # What a device's measurements of bcetune's kernel say beyond the hardware parameters (identity in
     # the shipped profiles; fitted by a sweep on a device: tiling_model.correction).
     knob_correction: KnobCorrection = IDENTITY
+    # And what they say beyond the knobs, by classes of the realised tiling (none in the shipped profiles;
+    # fitted by a sweep on a device on top of the knob correction: tiling_model.residual).
+    residual: Residual = NONE
     profile_hash: str = field(default="", compare=False)
 
     @property
@@ -105,6 +109,8 @@ def profile_from_json(doc: dict[str, Any]) -> SocProfile:
         raw["mte3_curve_kib_us"] = tuple(tuple(p) for p in raw["mte3_curve_kib_us"])
         if "knob_correction" in raw:
             raw["knob_correction"] = KnobCorrection.from_json(raw["knob_correction"])
+        if "residual" in raw:
+            raw["residual"] = Residual.from_json(raw["residual"])
         # The hash covers what predictions depend on, not the source notes or calibration residuals.
         model = {k: v for k, v in doc.items() if k not in ("sources", "calibration", "$comment")}
         raw["profile_hash"] = hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
@@ -124,6 +130,10 @@ def profile_to_json(profile: SocProfile) -> dict[str, Any]:
         del d["knob_correction"]
     else:
         d["knob_correction"] = profile.knob_correction.to_json()
+    if profile.residual.identity:
+        del d["residual"]
+    else:
+        d["residual"] = profile.residual.to_json()
     return d
 
 

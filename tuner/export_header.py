@@ -116,6 +116,9 @@ def _soc_model(i: int, soc: SocProfile) -> tuple[list[str], str]:
         for which, factors in (("Block", c.block), ("Buffer", c.buffer), ("Align", c.align), ("Core", c.cores)):
             arrays.append(_doubles(f"kSoc{i}{which}Factor", list(factors)))
         correction = f", kSoc{i}BlockFactor, kSoc{i}BufferFactor, kSoc{i}AlignFactor, kSoc{i}CoreFactor"
+    if not soc.residual.identity:  # and its residual over the realised tiling (bce_grad_residual.h)
+        arrays.append(_doubles(f"kSoc{i}ResidualFactor", list(soc.residual.table())))
+        correction = (correction or ", nullptr, nullptr, nullptr, nullptr") + f", kSoc{i}ResidualFactor"
     return arrays, f"    {{{head}, {scalars}, {curves[0]}, {curves[1]}{correction}}},"
 
 

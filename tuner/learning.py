@@ -3,7 +3,8 @@
 The measurements are read from the study storage, not from one worker's memory or file: every worker of
 a sweep (several NPUs of a host, several hosts on one PostgreSQL) writes its trials there, so each one
 learns from all of them. The fit is ``model_tools.calibrate.fit_device``: the SoC profile's hardware
-parameters (robust, bounded by physics), then the knob correction on what they leave.
+parameters (robust, bounded by physics), then the knob correction on what they leave, then the residual over
+the realised tiling (``tiling_model.residual``) on what both leave.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from model_tools.calibrate import DeviceFit, Measured, errors, fit_device
-from tiling_model import BadRequest, SocProfile, TilingParams, Variant, _engine, compute_tiling
-from tiling_model.residual import Residual, fit_residual, levels
+from model_tools.calibrate import DeviceFit, Measured, fit_device
+from tiling_model import BadRequest, SocProfile, TilingParams, Variant, compute_tiling
 from tiling_model.tiling import KNOB_NAMES
 from tuner.key import StudyKey
 
@@ -83,21 +83,6 @@ def measurements(storage: optuna.storages.BaseStorage, soc: SocProfile, backend:
             out.append(Measured("bce_grad", f"{frozen.study_name}#{t.number}", (tiling,), us, True, False,
                                 frozen.study_name))  # fmt: skip
     return out
-
-
-def sweep_residual(cases: list[Measured], base: SocProfile) -> Residual:
-    """The learned residual over the realised tiling (``tiling_model.residual``) of a sweep's measurements
-    (``measurements``) on what ``base`` predicts: each key's configurations' levels in one engine call."""
-    logs = -np.log1p(errors(cases, base))  # log(measured / predicted)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, m in enumerate(cases):
-        groups.setdefault((id(m.launches[0].kernel), m.launches[0].n), []).append(i)
-    lv = np.zeros((len(cases), len(_engine.RESIDUAL_FEATURES)), dtype=np.int64)
-    for idx in groups.values():
-        t0 = cases[idx[0]].launches[0]
-        cols = [np.array([getattr(cases[i].launches[0].params, k) for i in idx]) for k in KNOB_NAMES]
-        lv[idx] = levels(t0.n, t0.elem_bytes, *cols)
-    return fit_residual(lv, [m.key for m in cases], logs)
 
 
 def _recent(cases: list[Measured], cap: int) -> list[Measured]:

@@ -18,10 +18,11 @@ from strategies import SOCS, kernel, period, sizes, variants
 import tiling_model.model_types as mt
 import tiling_model.simulate as sim
 from tiling_model import SocProfile, TilingParams, Variant, _engine, compute_tiling, engine, load_soc
-from tiling_model.correction import KnobCorrection
+from tiling_model.correction import IDENTITY, KnobCorrection
 from tiling_model.cost import engine_kinds, kinds_of, predict_detail
 from tiling_model.model_types import SteadyL2
 from tiling_model.pick import model_best
+from tiling_model.residual import NONE, WIDTH, Residual
 from tiling_model.space import BLOCK_CHOICES, ScoredSpace, enumerate_space, score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingError
 from tiling_model.validate import validate
@@ -30,23 +31,30 @@ L2_STATES = [False, True, SteadyL2(64 * 2**20, 2.0, 192 * 2**20), "steady"]
 
 
 def corrected(soc_name: str, seed: int | None) -> SocProfile:
-    """The SoC's profile, with a knob correction drawn from ``seed`` (None: as shipped, none)."""
+    """The SoC's profile, with a knob correction (unless ``seed`` is a multiple of 3) and a residual (if it is
+    even) drawn from ``seed`` (None: as shipped, neither)."""
     soc = load_soc(soc_name)
     if seed is None:
         return soc
     rng = np.random.default_rng(seed)
     f = lambda m: tuple(float(x) for x in np.exp(rng.normal(0, 0.05, m)))  # noqa: E731
-    return replace(soc, knob_correction=KnobCorrection(f(16), f(5), f(4), f(65)))
+    knob = KnobCorrection(f(16), f(5), f(4), f(65)) if seed % 3 else IDENTITY
+    residual = Residual(tuple(float(b) for b in rng.normal(0, 0.05, WIDTH))) if seed % 2 == 0 else NONE
+    return replace(soc, knob_correction=knob, residual=residual)
 
 
 def spec_space(v: Variant, n: int, soc: str | SocProfile, blocks: tuple[int, ...] | None = None,
                buffers: tuple[int, ...] | None = None, l2: mt.L2State = mt.DEFAULT_L2) -> ScoredSpace:  # fmt: skip
-    """The whole space scored by the specification alone (no engine): simulate, then the knob factors."""
+    """The whole space scored by the specification alone (no engine): simulate, then the knob correction's
+    and the residual's factors."""
     soc, k = (load_soc(soc) if isinstance(soc, str) else soc), kernel(v, n)
     block, bn, tile, cores = enumerate_space(k, soc, n, blocks, buffers)
     kinds = engine.core_kinds(n, k.elem_bytes, block, bn, tile, cores)
     r = sim.simulate(k, kinds, soc, np.full(block.shape, n), l2)
-    r = replace(r, predicted_us=r.predicted_us * sim.knob_factors(k, soc, block, bn, tile, kinds.block_dim))
+    factors = sim.knob_factors(k, soc, block, bn, tile, kinds.block_dim) * sim.residual_factors(
+        k, soc, n, block, bn, tile, cores
+    )
+    r = replace(r, predicted_us=r.predicted_us * factors)
     return ScoredSpace(block, bn, tile, cores, r)
 
 
@@ -122,7 +130,10 @@ def test_a_whole_space_and_its_bounds_are_the_specifications_to_the_bit(
         assert np.array_equal(getattr(got.result, field), getattr(want.result, field)), field
     kinds = engine.core_kinds(n, k.elem_bytes, want.block_bytes, want.buffer_num, want.tile_bytes, want.core_num)
     lower, certain = sim.bounds_us(k, kinds, soc, np.full(want.block_bytes.shape, n), l2)
-    lower = lower * sim.knob_factors(k, soc, want.block_bytes, want.buffer_num, want.tile_bytes, kinds.block_dim)
+    knobs = (want.block_bytes, want.buffer_num, want.tile_bytes)
+    lower = lower * (
+        sim.knob_factors(k, soc, *knobs, kinds.block_dim) * sim.residual_factors(k, soc, n, *knobs, want.core_num)
+    )
     e_lower, e_certain = engine.bound(k, soc, n, want.block_bytes, want.buffer_num, want.tile_bytes, want.core_num, l2)
     assert np.array_equal(e_lower, lower) and np.array_equal(e_certain, certain)
 

@@ -3,13 +3,27 @@ learn (a planted effect, pure noise, a key's level)."""
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from tiling_model import engine
-from tiling_model.residual import BY_TILE_TOO, FEATURES, NONE, OFFSETS, WIDTH, design, fit_residual, levels
+from tiling_model import BadRequest, TilingParams, Variant, compute_tiling, engine, load_soc, predict
+from tiling_model.cost import engine_kinds
+from tiling_model.residual import (
+    BY_TILE_TOO,
+    FEATURES,
+    NONE,
+    OFFSETS,
+    WIDTH,
+    Residual,
+    design,
+    fit_residual,
+    levels,
+)
+from tiling_model.soc import profile_from_json, profile_to_json, rehashed
 
 COL = {name: j for j, (name, _) in enumerate(FEATURES)}
 
@@ -169,3 +183,49 @@ def test_bad_knobs_are_named() -> None:
         levels(100, 4, one * 512, one, one * 512, one * 0)
     with pytest.raises(ValueError, match="the same length"):
         levels(100, 4, np.array([512, 512]), one, one * 512, one)
+
+
+def _drawn(seed: int, sd: float = 0.05) -> Residual:
+    rng = np.random.default_rng(seed)
+    return Residual(tuple(float(b) for b in rng.normal(0, sd, WIDTH)), 30.0, 0.01, 0.02)
+
+
+def test_a_profile_carries_its_residual_through_json_and_its_hash() -> None:
+    soc = load_soc("Ascend910B2")
+    with_residual = rehashed(replace(soc, residual=_drawn(1)))
+    back = profile_from_json(json.loads(json.dumps(profile_to_json(with_residual))))
+    assert back.residual == with_residual.residual and back.profile_hash == with_residual.profile_hash
+    assert with_residual.profile_hash != soc.profile_hash
+    assert "residual" not in profile_to_json(soc)  # the shipped profiles carry none
+
+
+@pytest.mark.parametrize(
+    ("doc", "named"),
+    [
+        ([], "log_factors"),
+        ({"log_factors": {"buffer_num": [0.0] * 5}}, "must name the features"),
+        ({"log_factors": {name: [0.0] * (count + (name == "cores")) for name, count in FEATURES}}, "'cores' needs 65"),
+    ],
+)
+def test_a_bad_residual_document_is_named(doc: object, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        Residual.from_json(doc)
+    raw = profile_to_json(load_soc("Ascend910B2")) | {"residual": doc}
+    with pytest.raises(BadRequest, match="not a SoC profile"):
+        profile_from_json(raw)
+
+
+def test_a_predictions_factor_is_its_levels_factors_multiplied_in_order() -> None:
+    """What every prediction of bcetune's kernel carries (engine ConfigFactor, no knob correction): the
+    residual's factors of the configuration's levels, multiplied in feature order; another kernel none."""
+    soc = replace(load_soc("Ascend910B2"), residual=_drawn(2))
+    t = compute_tiling([1_000_003], Variant("float16", "none", "full"), TilingParams(2048, 2, 9216, 37), soc)
+    lv = levels(t.n, 2, np.array([2048]), np.array([2]), np.array([9216]), np.array([37]))[0]
+    want = 1.0
+    for j, off in enumerate(OFFSETS):
+        want *= math.exp(soc.residual.beta[off + lv[j]])
+    assert engine.config_factor(t.kernel, soc, engine_kinds(t), 2048, 2, 9216) == want
+    shipped = predict(t, load_soc("Ascend910B2"))
+    assert predict(t, soc) == shipped * want
+    seed = compute_tiling([1_000_003], Variant("float16", "none", "full"), TilingParams(), soc, "seed")
+    assert predict(seed, soc) == predict(seed, load_soc("Ascend910B2"))

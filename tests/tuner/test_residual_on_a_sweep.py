@@ -11,12 +11,13 @@ import numpy as np
 import optuna
 import pytest
 
+from model_tools.calibrate import device_residual
 from tiling_model import Variant, load_soc
 from tiling_model.correction import IDENTITY
 from tiling_model.residual import levels
 from tiling_model.tiling import KNOB_NAMES
 from tuner.key import StudyKey
-from tuner.learning import measurements, sweep_residual
+from tuner.learning import measurements
 from tuner.storage import open_storage
 from tuner.sweep import run_sweep
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
@@ -37,7 +38,7 @@ def test_a_realised_devices_sweep_teaches_the_residual(tmp_path: Path) -> None:
     cases = measurements(storage, SOC, backend.name)
     assert len({m.key for m in cases}) == len(keys)
     base = replace(table.profile(), knob_correction=IDENTITY)  # the fitted hardware
-    r = sweep_residual(cases, base)
+    r = device_residual(cases, base)
     assert not r.identity
     assert r.held_out_rms < 0.8 * r.held_out_rms_none  # keys it was not fitted on, ranked better (0.53x here)
     # and it ranks the configurations the sweep measured closer to the device's shared effects

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "bce_grad_core_split.h"
+#include "bce_grad_residual.h"
 
 namespace bce_grad {
 namespace cost {
@@ -76,6 +77,9 @@ struct SocModel {
     const double* bufferFactor = nullptr;
     const double* alignFactor = nullptr;
     const double* coreFactor = nullptr;
+    // The device's learned residual over the realised tiling (tiling_model.residual, bce_grad_residual.h):
+    // residual::kWidth factors, one per level of each feature. nullptr: none (1 everywhere).
+    const double* residualFactor = nullptr;
 };
 
 constexpr int kBlockClasses = 16;  // 1 B .. 32 KiB
@@ -591,13 +595,30 @@ inline double KnobFactorFloor(const SocModel& s, const KernelModel& k, int64_t b
     return blockF * s.bufferFactor[b] * alignF * coreF;
 }
 
+/** The SoC's learned residual for an exact-scheme configuration whose kinds are kd (simulate.residual_factors):
+ *  its levels' factors (bce_grad_residual.h), 1 without one or for a kernel it does not apply to. */
+inline double ResidualFactor(const SocModel& s, const KernelModel& k, const Kinds& kd, int64_t block, int64_t bn,
+                             int64_t tile) {
+    if (!k.corrected || s.residualFactor == nullptr) return 1.0;
+    int64_t levels[residual::kFeatures];
+    residual::LevelsOf(kd, k.elemBytes, block, bn, tile, levels);
+    return residual::FactorOf(s.residualFactor, levels);
+}
+
+/** What an exact-scheme configuration's prediction is multiplied by: its knob correction times its residual. */
+inline double ConfigFactor(const SocModel& s, const KernelModel& k, const Kinds& kd, int64_t block, int64_t bn,
+                           int64_t tile) {
+    return KnobFactor(s, k, block, bn, tile, kd.cores) * ResidualFactor(s, k, kd, block, bn, tile);
+}
+
 /** One exact-scheme configuration of the search space at n elements (space.score_space's row): the
- *  prediction and its bound carry the knob correction; where the time goes (core, bandwidth) does not. */
+ *  prediction and its bound carry the knob correction and the residual (ConfigFactor); where the time goes
+ *  (core, bandwidth) does not. */
 inline Prediction PredictConfig(int64_t n, int64_t block, int64_t bn, int64_t tile, int64_t coreNum,
                                 const KernelModel& k, const SocModel& s, double hit, bool exact) {
     const Kinds kd = KindsOf(n, k.elemBytes, block, tile, coreNum);
     Prediction p = Evaluate(kd, tile / k.elemBytes, bn, k, s, exact, -1.0, hit);
-    const double f = KnobFactor(s, k, block, bn, tile, kd.cores);
+    const double f = ConfigFactor(s, k, kd, block, bn, tile);
     if (f != 1.0) {
         p.us = p.us * f;
         p.lower = p.lower * f;
@@ -983,8 +1004,9 @@ struct RefitPair {
     bool known;
     Kinds kinds;         // at any tile (WithTile sets the tiles)
     int64_t widest;      // elements of the widest core kind that runs
-    double trafficUs;    // launch + bytes over the bandwidth with the least knob correction: under every tile's
+    double trafficUs;    // launch + bytes over the bandwidth with the least correction: under every tile's
     double blockFactor;  // its block size's part of the knob correction (1 without one)
+    double residualBlock;  // and of the residual (1 without one)
 };
 
 /** The widest core of one or more (block, cores) pairs of one core count, and its copies' lines: what bounds
@@ -1037,8 +1059,8 @@ inline int64_t SpaceCores(int64_t n, int64_t elemBytes, int64_t blockBytes, int6
  *   5. one tile of a pair: its floor (CoreLines::ConfigUs), then its chain bound (Evaluate without the
  *      schedule), then the simulation, unless the chain bound is the prediction. (Queued as a range of its
  *      own, a pair's tile cost its range's floor and a turn of the queue: measured slower.)
- * Every floor carries the least knob correction of what it bounds (KnobFactorFloor), every prediction its
- * own (KnobFactor). The seed (the bucket's tuned configuration) is predicted first: the best seen from the
+ * Every floor carries the least knob correction of what it bounds (KnobFactorFloor) and the least residual
+ * (ResidualFloor: by the range's tiles and tiles per core), every prediction its own (ConfigFactor). The seed (the bucket's tuned configuration) is predicted first: the best seen from the
  * start. None of the drops changes the pick: what a range holds predicts at or above its floor.
  * tests/tiling_model/test_engine.py checks the pick against the specification's, and
  * tests/kernel/cpp/refit_exhaustive.cpp against every configuration predicted.
@@ -1052,7 +1074,7 @@ public:
         : w_(w), n_(n), blocks_(blocks), nBlocks_(nBlocks), bn_(bn), tiles_(tiles), k_(k), s_(s), stats_(stats),
           queueLimit_(std::min(std::max(queueLimit, 1), kMaxRanges)),
           hit_(DefaultHit(k, s, n)), agg_(Aggregate(s, hit_)), corrected_(k.corrected && s.blockFactor != nullptr),
-          stepElems_(kTileStepBytes / k.elemBytes) {
+          residual_(k.corrected && s.residualFactor != nullptr), stepElems_(kTileStepBytes / k.elemBytes) {
         const VectorFloor vec(k, s);
         const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
         curvesRise_ = Rises(s.mte2) && Rises(s.mte3) && s.misalignedFactor > 0.0;
@@ -1164,9 +1186,21 @@ private:
     }
 
     /** A range of c cores' floor from its widest core's (less `base`): the larger of their traffic and that
-     *  core's floor (float rounding taken off), with the least knob correction of the core count. */
-    double RangeFloor(int64_t c, double core) const {
-        return std::max(CoresTrafficUs(c), Floor(w_.lines[c].base + core)) * w_.groupFactor[c];
+     *  core's floor (float rounding taken off), with the least knob correction of the core count and the
+     *  least residual of the range (`residual`: ResidualFloor). */
+    double RangeFloor(int64_t c, double core, double residual) const {
+        return std::max(CoresTrafficUs(c), Floor(w_.lines[c].base + core)) * w_.groupFactor[c] * residual;
+    }
+
+    /** Under the residual of every configuration of c cores with tiles tiLo..tiHi whose widest core holds eLo
+     *  to eHi elements (and, where known, its block class, aligned core boundaries and structure): 1 without
+     *  one. */
+    double ResidualFloor(int64_t c, int64_t tiLo, int64_t tiHi, int64_t eLo, int64_t eHi, int64_t blockClass = -1,
+                         int64_t aligned = -1, int64_t structure = -1) const {
+        if (!residual_) return 1.0;
+        const residual::RangeKnown r{bn_, c, tiLo, tiHi, kTileStepBytes, CeilDiv(eLo, tiHi * stepElems_),
+                                     CeilDiv(eHi, tiLo * stepElems_), blockClass, aligned, structure};
+        return residual::RangeFloor(s_.residualFactor, r);
     }
 
     /**
@@ -1187,9 +1221,10 @@ private:
         } else {
             core = l.RangeUs(e, Lines::Either, xlo, xhi, false);
         }
-        RefitRange r{RangeFloor(c, core), 1, static_cast<int32_t>(tiles_), static_cast<int32_t>(c), kEveryBlock};
+        const double res = ResidualFloor(c, 1, tiles_, e, std::max(e, widestTop_[c]));
+        RefitRange r{RangeFloor(c, core, res), 1, static_cast<int32_t>(tiles_), static_cast<int32_t>(c), kEveryBlock};
         if (Traded(e, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
-            r.floor = RangeFloor(c, std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi)));
+            r.floor = RangeFloor(c, std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi)), res);
         }
         return r;
     }
@@ -1202,10 +1237,11 @@ private:
         const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
         const double serial = xhi >= wd.elems ? SerialOf(c, i) : -1.0;
         const double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
-        RefitRange r{RangeFloor(c, core), static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi),
+        const double res = ResidualFloor(c, tiLo, tiHi, wd.elems, wd.elems);
+        RefitRange r{RangeFloor(c, core, res), static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi),
                      static_cast<int32_t>(c), WidthBlock(i)};
         if (Traded(wd.elems, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
-            r.floor = RangeFloor(c, std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial)));
+            r.floor = RangeFloor(c, std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial)), res);
         }
         return r;
     }
@@ -1357,7 +1393,7 @@ private:
                 return false;
             }
         }
-        return a.blockFactor == b.blockFactor;
+        return a.blockFactor == b.blockFactor && a.residualBlock == b.residualBlock;
     }
 
     /** The pair's kinds, widest core (its width's) and traffic with its least knob correction (at its first use). */
@@ -1372,16 +1408,37 @@ private:
         p.widest = width.elems;
         const double factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);  // under every configuration's
         p.blockFactor = corrected_ ? s_.blockFactor[BlockClass(blocks_[b])] : 1.0;
+        const int64_t blockClass = residual::Clamp(residual::Log2Floor(blocks_[b]), 0, 15);
+        p.residualBlock = residual_ ? s_.residualFactor[residual::OffsetOf(residual::kBlockClass) + blockClass] : 1.0;
+        bool aligned = true;
+        for (int i = 0; i < 3; ++i) aligned = aligned && (p.kinds.counts[i] <= 0 || p.kinds.aligned[i]);
+        const int64_t structure = (p.kinds.counts[1] > 0 ? 2 : 0) + (p.kinds.counts[2] > 0 ? 1 : 0);
+        const double res = ResidualFloor(c, 1, tiles_, p.widest, p.widest, blockClass, aligned ? 1 : 0, structure);
         // at the slice's largest tile: the fewest tiles, so the least a per-tile scalar queue moves (without one,
         // the traffic is the same at every tile)
-        p.trafficUs = (s_.launchUs + TrafficUs(WithTile(p.kinds, tiles_ * stepElems_), k_, s_, agg_)) * factorFloor;
+        p.trafficUs =
+            (s_.launchUs + TrafficUs(WithTile(p.kinds, tiles_ * stepElems_), k_, s_, agg_)) * factorFloor * res;
         return p;
     }
 
     /** 4. Tiles tiLo..tiHi that hold every core in one: they predict alike but for their knob correction (by
-     *  alignment class, which repeats every 8 tiles), so the largest tile of each class is its only candidate. */
+     *  alignment class, which repeats every 8 tiles), so the largest tile of each class is its only candidate;
+     *  with a residual, by tile size class and place in the page (kPageSteps tiles) too. */
     void OneTile(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) {
         const double us = OneTilePairUs(p, c, b, tiHi * stepElems_);
+        if (residual_) {
+            for (int64_t top = tiHi; top >= tiLo;) {  // one size class at a time, from the largest
+                const int64_t cls = residual::TileSizeLevel(top * kTileStepBytes);
+                const int64_t classLo = std::max<int64_t>(tiLo, CeilDiv(int64_t{1} << cls, kTileStepBytes));
+                for (int64_t ti = top; ti >= classLo && ti > top - residual::kPageSteps; --ti) {
+                    const int64_t tile = ti * kTileStepBytes;
+                    const double f = ConfigFactor(s_, k_, WithTile(p.kinds, tile / k_.elemBytes), blocks_[b], bn_, tile);
+                    Consider(f != 1.0 ? us * f : us, tile, c, b);  // PredictConfig's corrected prediction
+                }
+                top = classLo - 1;
+            }
+            return;
+        }
         for (int64_t ti = tiHi; ti >= tiLo && ti > tiHi - (corrected_ ? 8 : 1); --ti) {
             const int64_t tile = ti * kTileStepBytes;
             const double factor = KnobFactor(s_, k_, blocks_[b], bn_, tile, c);
@@ -1394,7 +1451,7 @@ private:
         if (stats_) ++stats_->configs;
         const int64_t tile = ti * kTileStepBytes, te = tile / k_.elemBytes;
         const Kinds kd = WithTile(p.kinds, te);  // == KindsOf(n, elem, block, tile, cores)
-        const double factor = KnobFactor(s_, k_, blocks_[b], bn_, tile, c);
+        const double factor = ConfigFactor(s_, k_, kd, blocks_[b], bn_, tile);
         if (!CanWin(Floor(w_.lines[c].ConfigUs(kd, te)) * factor, tile, c, b)) return;
         if (stats_) ++stats_->bounded;
         const Prediction bound = Evaluate(kd, te, bn_, k_, s_, false, -1.0, hit_);
@@ -1467,6 +1524,7 @@ private:
     const int queueLimit_;
     const double hit_, agg_;
     const bool corrected_;
+    const bool residual_;  // the SoC has a residual and the kernel takes it
     const int64_t stepElems_;  // elements per tile step
     int64_t coresMax_[kMaxBlocks] = {};
     bool curvesRise_ = false;  // the copy curves never fall: a copy of more bytes never takes less time

@@ -1,7 +1,7 @@
 // The re-fit (bce_grad::cost::Refit, a branch and bound) against every configuration of its slice predicted
 // one by one (PredictConfig) with the space's tie-break: random sizes, kernel variants of the generated
 // table (a quarter of them with the seed kernel's per-tile scalar queue), block subsets, buffer counts, core
-// caps, tile tops, seeds (valid or not) and knob corrections; and the same search with a queue of 4 ranges,
+// caps, tile tops, seeds (valid or not), knob corrections and residuals (bce_grad_residual.h); and the same search with a queue of 4 ranges,
 // where the full queue's fallback does most of the work; and WidestOf
 // (what the search bounds each pair by) against KindsOf for every block and core count of each case.
 // Prints one line per disagreement and a summary; exits 1 on any.
@@ -89,6 +89,14 @@ int main(int argc, char** argv) {
             s.coreFactor = coreF;
             k.corrected = true;
         }
+        double residualF[bce_grad::residual::kWidth];
+        const bool residual = rng() % 2 == 0;  // a device-fitted profile's residual over the realised tiling
+        if (residual) {
+            std::lognormal_distribution<double> factor(0.0, rng() % 2 ? 0.03 : 0.15);
+            for (double& f : residualF) f = factor(rng);
+            s.residualFactor = residualF;
+            k.corrected = true;
+        }
         const double logN = std::uniform_real_distribution<double>(0.0, std::log(4e8))(rng);
         const int64_t n = rng() % 16 == 0 ? 1 + static_cast<int64_t>(rng() % 8) : std::max<int64_t>(1, std::exp(logN));
         if (k.rowInputs > 0) k.rowLen = 1 + static_cast<int64_t>(rng() % 5000);
@@ -134,10 +142,10 @@ int main(int argc, char** argv) {
         }
         if (got.blockBytes != want.block || got.tileBytes != want.tile || got.coreNum != want.cores || got.us != want.us) {
             ++wrong;
-            std::printf("case %d: %s n=%lld bn=%lld tile_top=%lld max_cores=%lld corrected=%d: re-fit (%lld, %lld, %lld, %.12g) "
+            std::printf("case %d: %s n=%lld bn=%lld tile_top=%lld max_cores=%lld corrected=%d residual=%d: re-fit (%lld, %lld, %lld, %.12g) "
                         "exhaustive (%lld, %lld, %lld, %.12g)\n",
                         i, s.name, static_cast<long long>(n), static_cast<long long>(bn), static_cast<long long>(tileTop),
-                        static_cast<long long>(maxCores), corrected, static_cast<long long>(got.blockBytes),
+                        static_cast<long long>(maxCores), corrected, residual, static_cast<long long>(got.blockBytes),
                         static_cast<long long>(got.tileBytes), static_cast<long long>(got.coreNum), got.us,
                         static_cast<long long>(want.block), static_cast<long long>(want.tile),
                         static_cast<long long>(want.cores), want.us);
