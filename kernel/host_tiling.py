@@ -53,8 +53,10 @@ def _sources() -> list[Path]:
     )
 
 
-def build_host_tiling() -> Path:
-    """The query program, built once per source and compiler; BuildError without g++ or on errors."""
+def build_host_tiling(table_header: Path | None = None) -> Path:
+    """The query program, built once per source and compiler; BuildError without g++ or on errors.
+    ``table_header``: a generated ``bce_grad_tuned_table.h`` in place of the committed one (say, of a
+    device-tuned table: ``python -m tuner export-header``), to ask what a build of it would do."""
     cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cxx is None:
         raise BuildError("no C++ compiler: install g++ (or set CXX) to build the C++ host tiling")
@@ -62,10 +64,17 @@ def build_host_tiling() -> Path:
     h.update(" ".join(CXXFLAGS).encode())
     for f in _sources():
         h.update(f.name.encode() + b"\0" + f.read_bytes())
+    if table_header is not None:
+        h.update(b"table\0" + table_header.read_bytes())
 
     def build(out: Path) -> None:
         main = _root() / "host" / "tuned_knobs_main.cpp"
-        cmd = [cxx, *CXXFLAGS, "-I", str(_root() / "op_host"), "-I", str(ENGINE_INCLUDE), str(main), "-o", str(out)]
+        op_host = _root() / "op_host"
+        if table_header is not None:  # op_host's headers beside the given table: theirs is what they include
+            op_host = out.parent / "op_host"
+            shutil.copytree(_root() / "op_host", op_host)
+            shutil.copyfile(table_header, op_host / "bce_grad_tuned_table.h")
+        cmd = [cxx, *CXXFLAGS, "-I", str(op_host), "-I", str(ENGINE_INCLUDE), str(main), "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BuildError(f"the C++ host tiling did not compile:\n{proc.stderr[-4000:]}")
