@@ -9,17 +9,19 @@ trials (``tuner.study.tune`` with the learner, as ``run_sweep`` runs it). Then `
 each at two sizes it never timed (x0.61 and x1.37), true regret over the exhaustive optimum of:
 
 - the shipped model's re-fit (the bucket's BUFFER_NUM kept: what the service and the build do);
-- the sweep's fitted profile (hardware and knob correction) in the same re-fit: what ships today;
+- the sweep's fitted profile without its residual (hardware and knob correction) in the same re-fit:
+  what shipped before the residual;
+- the fitted profile as the table carries it (hardware, knob correction, and the learned residual over
+  the realised tiling on top: ``tiling_model.residual``) in the same re-fit: what the service and the
+  build answer now;
 - that profile scoring the whole space (every buffer count);
-- the fitted hardware with the learned residual over the realised tiling (``tiling_model.residual``)
-  instead of the knob correction, scoring the whole space: the candidate (Python only so far);
-- the same residual fitted on what the knob correction leaves, on top of it (stacked);
+- the fitted hardware with a residual fitted in place of the knob correction, whole space (the
+  alternative not taken);
 - the floor: a model that knows every effect the device shares across sizes (all but the
   per-configuration part), whole space.
 
-Last, how many configurations the engine's re-fit (a branch and bound whose floors carry the least
-correction of what they bound) would have to predict if its floors took the residual's least factor per
-buffer count and core count: what taking the residual into the engine needs tighter floors for.
+Last, what one re-fit costs with the residual and without it (the engine called from Python, the same
+sizes, side by side): its floors carry the residual's least over each range, so it predicts more.
 
 The residual is fitted on every measurement of the sweep; where its held-out check fails it is 1.
 Configurations are scored without the validation the service adds (the truth times any of them).
@@ -40,13 +42,13 @@ import optuna
 from search_efficiency import pick_keys, run
 
 from model_tools.calibrate import device_residual
-from tiling_model import TilingParams, Variant, load_soc
+from tiling_model import TilingParams, Variant, engine, load_soc
 from tiling_model.correction import IDENTITY
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.pick import refit
-from tiling_model.residual import BY_TILE_TOO, COLUMN, Residual, levels
-from tiling_model.soc import SocProfile
-from tiling_model.space import score_space
+from tiling_model.residual import NONE, Residual
+from tiling_model.soc import SocProfile, rehashed
+from tiling_model.space import BLOCK_CHOICES, score_space, tile_choices
 from tuner.learning import measurements
 from tuner.synthetic import DEVICE_SHAPES, SyntheticDevice
 
@@ -60,14 +62,24 @@ def fitted_residual(learner: object, base: SocProfile) -> Residual:
     return device_residual(cases, base)
 
 
-def whole_space_pick(variant: Variant, n: int, profile: SocProfile, residual: Residual | None = None) -> TilingParams:
+def whole_space_pick(variant: Variant, n: int, profile: SocProfile) -> TilingParams:
+    """The profile's best over the whole space (every buffer count), as the engine predicts it."""
+    scored = score_space(bce_grad_kernel(variant, classes=1), profile, n)
+    return scored.params(scored.best_index())
+
+
+def refit_us(variant: Variant, n: int, profile: SocProfile, bucket: TilingParams) -> float:
+    """Microseconds of one engine re-fit of the bucket's buffer count at n (best of 3; the Python call
+    included): what the service and the build spend on an untimed size."""
     kernel = bce_grad_kernel(variant, classes=1)
-    scored = score_space(kernel, profile, n)
-    us = scored.result.predicted_us
-    if residual is not None and not residual.identity:
-        lv = levels(n, kernel.elem_bytes, scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num)
-        us = us * residual.factors(lv)
-    return scored.params(int(np.argmin(us)))
+    bn = int(bucket.buffer_num or 2)
+    top = int(tile_choices(kernel, profile, bn)[-1])
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        engine.refit(kernel, profile, n, BLOCK_CHOICES, bn, top)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e6
 
 
 def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> None:
@@ -77,17 +89,17 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
     sweep = run("device loop", keys, device, trials, 0)
     learner = sweep["learner"]
     model = learner.fit_device()
-    base = replace(model.profile, knob_correction=IDENTITY)
-    residual = fitted_residual(learner, base)
-    stacked = fitted_residual(learner, model.profile)  # on what the knob correction leaves
+    without = rehashed(replace(model.profile, residual=NONE))  # the fit as it was before the residual
+    base = replace(model.profile, knob_correction=IDENTITY, residual=NONE)  # the fitted hardware
+    in_place = rehashed(replace(base, residual=fitted_residual(learner, base)))
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(keys), size=min(judged, len(keys)), replace=False))
-    names = ("shipped model, re-fit (bucket's buffers)", "fitted profile, re-fit (today)",
-             "fitted profile, whole space", "fitted + residual, whole space",
-             "fitted + correction + residual, whole space", "floor: every shared effect")  # fmt: skip
+    names = ("shipped model, re-fit (bucket's buffers)", "fitted, no residual, re-fit (before)",
+             "fitted + residual, re-fit (what ships)", "fitted + residual, whole space",
+             "residual in place of the correction, whole space", "floor: every shared effect")  # fmt: skip
     regrets: dict[str, list[float]] = {name: [] for name in names}
     timed = [sweep["regret"][i] for i in chosen]
-    unpruned: list[tuple[int, int, int, int]] = []
+    cost: list[tuple[float, float]] = []
     for i in chosen:
         key, entry = keys[i], sweep["entries"][i]
         bucket = TilingParams(**entry.params)
@@ -97,21 +109,19 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
             _, floor = device.optimum(key.variant, n, shared_only=True)
             picks = (
                 refit(n, key.variant, device.soc, bucket),
+                refit(n, key.variant, without, bucket),
                 refit(n, key.variant, model.profile, bucket),
                 whole_space_pick(key.variant, n, model.profile),
-                whole_space_pick(key.variant, n, base, residual),
-                whole_space_pick(key.variant, n, model.profile, stacked),
+                whole_space_pick(key.variant, n, in_place),
                 floor,
             )
             for name, p in zip(names, picks, strict=True):
                 regrets[name].append(device.true_us(key.variant, n, p) / best - 1.0)
-            if not residual.identity:
-                unpruned.append(
-                    (*_unpruned(key.variant, n, base, residual), _unpruned_today(key.variant, n, model.profile))
-                )
+            cost.append((refit_us(key.variant, n, without, bucket), refit_us(key.variant, n, model.profile, bucket)))
     print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys at {trials} trials, {len(chosen)} judged "
           f"({time.monotonic() - start:.0f} s)")  # fmt: skip
-    for label, r in (("residual", residual), ("residual on the knob correction", stacked)):
+    for label, r in (("residual (shipped: on the knob correction)", model.profile.residual),
+                     ("residual in place of the correction", in_place.residual)):  # fmt: skip
         summary = r.summary()
         moved = sum(len(v) for v in summary["factors"].values())  # type: ignore[attr-defined]
         print(f"  {label}: penalty {summary['penalty']}, held-out within-key log rms {summary['held_out_rms']} "
@@ -120,45 +130,11 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
     print(_row("timed keys: the sweep's entries", timed))
     for name in names:
         print(_row(f"untimed: {name}", regrets[name]))
-    if unpruned:
-        by_cores, by_tile, space, today = np.array(unpruned).T
-        print(f"  configurations whose floor is under the best (median / p90 of {np.median(space):.0f} in the "
-              f"space): residual floors per buffer count and core count {np.median(by_cores):.0f} / "
-              f"{np.percentile(by_cores, 90):.0f}, per tile too {np.median(by_tile):.0f} / "
-              f"{np.percentile(by_tile, 90):.0f}; today's knob-correction floors {np.median(today):.0f} / "
-              f"{np.percentile(today, 90):.0f}", flush=True)  # fmt: skip
-
-
-def _unpruned(variant: Variant, n: int, base: SocProfile, residual: Residual) -> tuple[int, int, int]:
-    """How many configurations a branch and bound could not drop if its floors carried the residual's
-    least factor per buffer count and core count, and per tile too (``Residual.floor_factors``): what
-    taking the residual into the engine's re-fit costs at each granularity of floor; and the space's size.
-    Nothing without a residual."""
-    if residual.identity:
-        return 0, 0, 0
-    kernel = bce_grad_kernel(variant, classes=1)
-    scored = score_space(kernel, base, n)
-    lv = levels(n, kernel.elem_bytes, scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num)
-    us = scored.result.predicted_us
-    best = float((us * residual.factors(lv)).min())
-    by_cores = int((us * residual.floor_factors(lv) <= best).sum())
-    by_tile = int((us * residual.floor_factors(lv, BY_TILE_TOO) <= best).sum())
-    return by_cores, by_tile, len(scored)
-
-
-def _unpruned_today(variant: Variant, n: int, profile: SocProfile) -> int:
-    """The same count for today's re-fit: floors with the knob correction's least factor over block sizes and
-    tile alignments at the configuration's buffer count and core count (the engine's KnobFactorFloor)."""
-    kc = profile.knob_correction
-    kernel = bce_grad_kernel(variant, classes=1)
-    scored = score_space(kernel, profile, n)
-    lv = levels(n, kernel.elem_bytes, scored.block_bytes, scored.buffer_num, scored.tile_bytes, scored.core_num)
-    bn, cores = lv[:, COLUMN["buffer_num"]], lv[:, COLUMN["cores"]]
-    exact = np.array([kc.factor(int(b), int(m), int(t), int(c)) for b, m, t, c in
-                      zip(scored.block_bytes, bn, scored.tile_bytes, cores, strict=True)])  # fmt: skip
-    floor = min(kc.block) * np.array(kc.buffer)[bn] * min(kc.align) * np.array(kc.cores)[np.minimum(cores, 64)]
-    us = scored.result.predicted_us  # with each configuration's own factor
-    return int((us / exact * floor <= float(us.min())).sum())
+    before, after = np.array(cost).T
+    print(f"  one re-fit (engine from Python, best of 3), median / p90 / worst: without the residual "
+          f"{np.median(before):.1f} / {np.percentile(before, 90):.1f} / {before.max():.1f} us, with it "
+          f"{np.median(after):.1f} / {np.percentile(after, 90):.1f} / {after.max():.1f} us (median ratio "
+          f"{np.median(after / before):.2f}x)", flush=True)  # fmt: skip
 
 
 def _row(label: str, regrets: list[float]) -> str:

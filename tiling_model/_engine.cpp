@@ -7,6 +7,7 @@
 // ElementwiseKernel), never from positional arrays.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -426,6 +428,26 @@ NB_MODULE(_engine, m) {
           nb::arg("kernel"), nb::arg("soc"), nb::kw_only(), nb::arg("seed_block") = 0, nb::arg("seed_tile") = 0,
           nb::arg("seed_cores") = 0,
           "The fastest (block, tile, cores) of one BUFFER_NUM at n elements, cold L2, with the knob correction.");
+    m.def("refit_stats",
+          [](int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64_t tileTop, int64_t maxCores,
+             const Kernel& k, const Soc& s) {
+              if (blocks.size() > static_cast<size_t>(cost::kMaxBlocks)) throw std::invalid_argument("too many block sizes");
+              if (bn < 1) throw std::invalid_argument("buffer_num must be >= 1");
+              if (k.model.scalarQueueBytes > 0) throw std::invalid_argument("the re-fit is for exact-scheme kernels");
+              std::vector<int64_t> order(blocks);
+              std::sort(order.begin(), order.end(), [](int64_t a, int64_t b) { return a > b; });
+              order.erase(std::unique(order.begin(), order.end()), order.end());
+              cost::RefitStats st;
+              cost::Refit(n, order.data(), static_cast<int>(order.size()), bn, tileTop, maxCores, k.model, s.model, 0,
+                          0, 0, &st);
+              return std::map<std::string, int64_t>{{"ranges", st.ranges}, {"pairs", st.pairs}, {"configs", st.configs},
+                                                    {"bounded", st.bounded}, {"simulated", st.simulated},
+                                                    {"peak_queue", st.peakQueue}};
+          },
+          nb::arg("n"), nb::arg("blocks"), nb::arg("buffer_num"), nb::arg("tile_top"), nb::arg("max_cores"),
+          nb::arg("kernel"), nb::arg("soc"),
+          "What one unseeded re-fit did (cost::RefitStats): ranges bounded, pairs opened, configurations looked at, "
+          "their chain bounds and simulations, the queue's peak.");
     m.def("pipelines",
           [](const cost::Kinds& kd, int64_t tileElems, int64_t bn, const Kernel& k, const Soc& s, double hit) {
               if (tileElems < 1 || bn < 1) throw std::invalid_argument("tile_elems and buffer_num must be >= 1");

@@ -1078,10 +1078,13 @@ public:
         const VectorFloor vec(k, s);
         const CopyLine mte2Line = CurveLine(s.mte2), mte3Line = CurveLine(s.mte3);
         curvesRise_ = Rises(s.mte2) && Rises(s.mte3) && s.misalignedFactor > 0.0;
+        int64_t blockClasses[kMaxBlocks];
         for (int b = 0; b < nBlocks; ++b) {
             coresMax_[b] = SpaceCores(n, k.elemBytes, blocks[b], maxCores);
             topCores_ = std::max(topCores_, coresMax_[b]);
+            blockClasses[b] = ResidualBlockClass(blocks[b]);
         }
+        if (residual_) floors_ = residual::Floors(s.residualFactor, bn, blockClasses, nBlocks);
         for (int64_t c = 1; c <= topCores_; ++c) {
             w.lines[c].Set(c, bn, k, s, agg_, vec, mte2Line, mte3Line);
             w.groupFactor[c] = KnobFactorFloor(s, k, -1, bn, c);
@@ -1195,12 +1198,19 @@ private:
     /** Under the residual of every configuration of c cores with tiles tiLo..tiHi whose widest core holds eLo
      *  to eHi elements (and, where known, its block class, aligned core boundaries and structure): 1 without
      *  one. */
-    double ResidualFloor(int64_t c, int64_t tiLo, int64_t tiHi, int64_t eLo, int64_t eHi, int64_t blockClass = -1,
+    double ResidualFloor(int64_t c, int64_t tiLo, int64_t tiHi, int64_t eLo, int64_t eHi, double blockFactor = 0.0,
                          int64_t aligned = -1, int64_t structure = -1) const {
+        static_assert(kTileStepBytes == residual::kPageStepBytes, "the residual's page steps are the re-fit's tiles");
         if (!residual_) return 1.0;
-        const residual::RangeKnown r{bn_, c, tiLo, tiHi, kTileStepBytes, CeilDiv(eLo, tiHi * stepElems_),
-                                     CeilDiv(eHi, tiLo * stepElems_), blockClass, aligned, structure};
-        return residual::RangeFloor(s_.residualFactor, r);
+        return floors_.Of(residual::RangeKnown{c, tiLo, tiHi, eLo, eHi, stepElems_, blockFactor, aligned, structure});
+    }
+
+    static int64_t ResidualBlockClass(int64_t block) { return residual::Clamp(residual::Log2Floor(block), 0, 15); }
+
+    /** The residual's factor of blocks_[b]'s class (1 without one). */
+    double ResidualBlock(int b) const {
+        return residual_ ? s_.residualFactor[residual::kOffsets.at[residual::kBlockClass] + ResidualBlockClass(blocks_[b])]
+                         : 1.0;
     }
 
     /**
@@ -1408,12 +1418,11 @@ private:
         p.widest = width.elems;
         const double factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);  // under every configuration's
         p.blockFactor = corrected_ ? s_.blockFactor[BlockClass(blocks_[b])] : 1.0;
-        const int64_t blockClass = residual::Clamp(residual::Log2Floor(blocks_[b]), 0, 15);
-        p.residualBlock = residual_ ? s_.residualFactor[residual::OffsetOf(residual::kBlockClass) + blockClass] : 1.0;
+        p.residualBlock = ResidualBlock(b);
         bool aligned = true;
         for (int i = 0; i < 3; ++i) aligned = aligned && (p.kinds.counts[i] <= 0 || p.kinds.aligned[i]);
         const int64_t structure = (p.kinds.counts[1] > 0 ? 2 : 0) + (p.kinds.counts[2] > 0 ? 1 : 0);
-        const double res = ResidualFloor(c, 1, tiles_, p.widest, p.widest, blockClass, aligned ? 1 : 0, structure);
+        const double res = ResidualFloor(c, 1, tiles_, p.widest, p.widest, p.residualBlock, aligned ? 1 : 0, structure);
         // at the slice's largest tile: the fewest tiles, so the least a per-tile scalar queue moves (without one,
         // the traffic is the same at every tile)
         p.trafficUs =
@@ -1525,6 +1534,7 @@ private:
     const double hit_, agg_;
     const bool corrected_;
     const bool residual_;  // the SoC has a residual and the kernel takes it
+    residual::Floors floors_;  // its floors at this buffer count (residual_ only)
     const int64_t stepElems_;  // elements per tile step
     int64_t coresMax_[kMaxBlocks] = {};
     bool curvesRise_ = false;  // the copy curves never fall: a copy of more bytes never takes less time

@@ -3,7 +3,7 @@
  * factor per level): what the knobs make of a size, each feature a small table of levels, and a SoC's factor
  * table over them (SocModel::residualFactor: one factor per level, features in Feature order). One source:
  * Python reads the levels through the engine binding (_engine.residual_levels); the engine's prediction
- * (cost::PredictConfig), its re-fit's floors (RangeFloor) and the exported header's TunedTiling price them here.
+ * (cost::PredictConfig), its re-fit's floors (Floors) and the exported header's TunedTiling price them here.
  * Included by bce_grad_cost_model.h before its core kinds exist: LevelsOf takes them as a template.
  */
 #ifndef BCE_GRAD_RESIDUAL_H
@@ -136,61 +136,104 @@ inline void LevelsOf(const CoreKinds& k, int64_t elem, int64_t block, int64_t bn
     out[kStructure] = (k.counts[1] > 0 ? 2 : 0) + (k.counts[2] > 0 ? 1 : 0);
 }
 
+/** Where each feature's factors start in a SoC's table, as an array (a loop reads it at run time). */
+struct Offsets {
+    int at[kFeatures];
+    constexpr Offsets() : at() {
+        for (int f = 0; f < kFeatures; ++f) at[f] = OffsetOf(f);
+    }
+};
+constexpr Offsets kOffsets{};
+
 /** A configuration's factor: its levels' factors multiplied in Feature order (what every prediction carries). */
 inline double FactorOf(const double* table, const int64_t* levels) {
     double f = 1.0;
-    for (int i = 0; i < kFeatures; ++i) f *= table[OffsetOf(i) + levels[i]];
+    for (int i = 0; i < kFeatures; ++i) f *= table[kOffsets.at[i] + levels[i]];
     return f;
 }
 
-/** What a search knows of a range of configurations of one BUFFER_NUM and core count: their tiles (tile
- *  indices of step bytes), the tiles per core of their widest core kind, and, where it knows them (else -1),
- *  the block class, whether every core's boundaries are aligned and the core kinds' structure. */
+/** What a search knows of a range of configurations of one core count: their tiles (tile indices of
+ *  kPageStepBytes), the elements of their widest core kind, the block classes' factor (the table's; 0: any of
+ *  the slice's), and, where it knows them (else -1), whether every core's boundaries are aligned and the core
+ *  kinds' structure. */
 struct RangeKnown {
-    int64_t bufferNum, cores;
-    int64_t tiLo, tiHi, stepBytes;
-    int64_t tilesLo, tilesHi;
-    int64_t blockClass = -1, aligned = -1, structure = -1;
+    int64_t cores;
+    int64_t tiLo, tiHi;
+    int64_t eLo, eHi;
+    int64_t stepElems;  // elements per tile index
+    double blockFactor = 0.0;
+    int64_t aligned = -1, structure = -1;
 };
 
-/** Under the factor of every configuration of a range (FactorOf), the least its levels can give: per group of
- *  features that vary together, the least product over the levels the range holds; each group's least is at
- *  or under the group's part of any configuration's product, and a relative 1e-12 covers the products'
- *  different order of rounding. */
-inline double RangeFloor(const double* table, const RangeKnown& r) {
-    const int64_t b = Clamp(r.bufferNum, 0, kBuffers - 1);
-    const auto at = [table](int feature, int64_t level) { return table[OffsetOf(feature) + level]; };
-    const auto least = [&at](int feature, int64_t known) {
-        if (known >= 0) return at(feature, known);
-        double m = at(feature, 0);
-        for (int64_t l = 1; l < kLevels[feature]; ++l) m = std::min(m, at(feature, l));
-        return m;
-    };
-    double f = at(kBufferNum, b) * least(kBlockClass, r.blockClass) * at(kCores, Clamp(r.cores, 0, 64)) *
-               at(kCoresOddXBuffers, (r.cores % 2) * kBuffers + b);
-    double tileF = INFINITY;  // alignment and place in the page: by the tile index modulo the page's steps
-    const int64_t steps = std::min<int64_t>(r.tiHi - r.tiLo + 1, kPageSteps);
-    for (int64_t ti = r.tiHi; ti > r.tiHi - steps; --ti) {
-        const int64_t tile = ti * r.stepBytes, align = TileAlignLevel(tile);
-        tileF = std::min(tileF, at(kTileAlign, align) * at(kTileAlignXBuffers, align * kBuffers + b) *
-                                    at(kTileInPageXBuffers, ((tile % 8192) / 512) * kBuffers + b));
+constexpr int64_t kPageStepBytes = 512;  // a tile index's bytes: the place in the page is its index mod kPageSteps
+
+/**
+ * Floors under the factor of every configuration of a range (FactorOf), for one BUFFER_NUM: the features grouped
+ * by what sets them (the tile's place in the page: its alignment and page step; its size class; the widest core's
+ * tiles and the last copy's alignment; the rest), each group's factors multiplied once per level here, so a range's
+ * floor is a few minima over what it holds. Each group's least is at or under the group's part of any
+ * configuration's product; a relative 1e-12 covers the products' different order of rounding. The least over
+ * size classes takes each class's own tile counts (small tiles run many).
+ */
+class Floors {
+public:
+    Floors() = default;
+    /** blockClasses: the block classes of the slice (count of them), the only ones a range of it holds. */
+    Floors(const double* table, int64_t bufferNum, const int64_t* blockClasses, int count) : t_(table) {
+        const int64_t b = Clamp(bufferNum, 0, kBuffers - 1);
+        buffers_ = b;
+        block_ = INFINITY;
+        for (int i = 0; i < count; ++i) block_ = std::min(block_, At(kBlockClass, blockClasses[i]));
+        for (int64_t r = 0; r < kPageSteps; ++r) {
+            const int64_t align = TileAlignLevel(r * kPageStepBytes + (r == 0 ? 8192 : 0));
+            page_[r] = At(kTileAlign, align) * At(kTileAlignXBuffers, align * kBuffers + b) *
+                       At(kTileInPageXBuffers, r * kBuffers + b);
+        }
+        for (int64_t l = 0; l < kTileSizeClasses; ++l) size_[l] = At(kTileSize, l) * At(kTileSizeXBuffers, l * kBuffers + b);
+        for (int64_t t = 0; t < kTilesLevels; ++t) {
+            double tail = INFINITY;
+            for (int64_t a = 0; a < 5; ++a) tail = std::min(tail, At(kTailAlign, a) * At(kTailAlignXTiles, a * kTilesLevels + t));
+            tiles_[t] = tail * At(kTilesXBuffers, t * kBuffers + b);
+        }
+        bounds_ = std::min(At(kCoreBoundsAlignedXBuffers, b), At(kCoreBoundsAlignedXBuffers, kBuffers + b));
+        structure_ = At(kStructure, 0);
+        for (int64_t l = 1; l < 4; ++l) structure_ = std::min(structure_, At(kStructure, l));
     }
-    double sizeF = INFINITY;
-    for (int64_t l = TileSizeLevel(r.tiLo * r.stepBytes); l <= TileSizeLevel(r.tiHi * r.stepBytes); ++l) {
-        sizeF = std::min(sizeF, at(kTileSize, l) * at(kTileSizeXBuffers, l * kBuffers + b));
+
+    double Of(const RangeKnown& r) const {
+        const int64_t b = buffers_;
+        const double fixed = At(kBufferNum, b) * (r.blockFactor > 0.0 ? r.blockFactor : block_) *
+                             At(kCores, Clamp(r.cores, 0, 64)) * At(kCoresOddXBuffers, (r.cores % 2) * kBuffers + b) *
+                             (r.aligned >= 0 ? At(kCoreBoundsAlignedXBuffers, r.aligned * kBuffers + b) : bounds_) *
+                             (r.structure >= 0 ? At(kStructure, r.structure) : structure_);
+        double page = INFINITY;
+        const int64_t steps = std::min<int64_t>(r.tiHi - r.tiLo + 1, kPageSteps);
+        for (int64_t ti = r.tiHi; ti > r.tiHi - steps; --ti) page = std::min(page, page_[ti % kPageSteps]);
+        double sized = INFINITY;  // per size class: its tiles' factor and their widest core's tile counts'
+        for (int64_t ti = r.tiHi; ti >= r.tiLo;) {
+            const int64_t l = TileSizeLevel(ti * kPageStepBytes);
+            const int64_t lo = std::max<int64_t>(r.tiLo, ((int64_t{1} << l) + kPageStepBytes - 1) / kPageStepBytes);
+            const int64_t fewest = TilesBin(CeilTiles(r.eLo, ti * r.stepElems));
+            const int64_t most = TilesBin(CeilTiles(r.eHi, lo * r.stepElems));
+            double tiles = INFINITY;
+            for (int64_t t = fewest; t <= most; ++t) tiles = std::min(tiles, tiles_[t]);
+            sized = std::min(sized, size_[l] * tiles);
+            ti = lo - 1;
+        }
+        return fixed * page * sized * (1.0 - 1e-12);
     }
-    double tilesF = INFINITY;  // tiles per core, with the last copy's alignment at any level
-    for (int64_t t = TilesBin(r.tilesLo); t <= TilesBin(r.tilesHi); ++t) {
-        double tail = INFINITY;
-        for (int64_t a = 0; a < 5; ++a) tail = std::min(tail, at(kTailAlign, a) * at(kTailAlignXTiles, a * kTilesLevels + t));
-        tilesF = std::min(tilesF, tail * at(kTilesXBuffers, t * kBuffers + b));
-    }
-    const double bounds = r.aligned >= 0 ? at(kCoreBoundsAlignedXBuffers, r.aligned * kBuffers + b)
-                                         : std::min(at(kCoreBoundsAlignedXBuffers, b),
-                                                    at(kCoreBoundsAlignedXBuffers, kBuffers + b));
-    f = f * tileF * sizeF * tilesF * bounds * least(kStructure, r.structure);
-    return f * (1.0 - 1e-12);
-}
+
+private:
+    double At(int feature, int64_t level) const { return t_[kOffsets.at[feature] + level]; }
+    static int64_t CeilTiles(int64_t elems, int64_t tileElems) { return (elems + tileElems - 1) / tileElems; }
+
+    const double* t_ = nullptr;
+    int64_t buffers_ = 0;
+    double block_ = 1.0, bounds_ = 1.0, structure_ = 1.0;
+    double page_[kPageSteps] = {};
+    double size_[kTileSizeClasses] = {};
+    double tiles_[kTilesLevels] = {};
+};
 
 }  // namespace residual
 }  // namespace bce_grad
