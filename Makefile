@@ -139,9 +139,11 @@ bench-explorer: $(STAMP)
 	$(PY) benchmarks/explorer_first_view.py --settle 10
 
 # ns per call of what the CANN TilingFunc runs (bce_grad::TunedTiling: lookup, re-fit, tiling), C++ -O2.
+# TABLE_HEADER=path/bce_grad_tuned_table.h: the same benchmark on another table (say, a device's exported header)
 bench-tiling-cpp:
-	mkdir -p build
-	g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I kernel/op_host -I tiling_model/include \
+	rm -rf build/bench_op_host && mkdir -p build && cp -r kernel/op_host build/bench_op_host
+	$(if $(TABLE_HEADER),cp $(TABLE_HEADER) build/bench_op_host/bce_grad_tuned_table.h)
+	g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I build/bench_op_host -I tiling_model/include \
 		benchmarks/cpp/tuned_tiling_bench.cpp -o build/tuned_tiling_bench
 	./build/tuned_tiling_bench 5000 20
 

@@ -11,11 +11,11 @@ each at two sizes it never timed (x0.61 and x1.37), true regret over the exhaust
 - the shipped model's re-fit (the bucket's BUFFER_NUM kept: what the service and the build do);
 - the sweep's fitted profile without its residual (hardware and knob correction) in the same re-fit:
   what shipped before the residual;
-- the fitted profile as the table carries it (hardware, knob correction, and the learned residual over
-  the realised tiling on top: ``tiling_model.residual``) in the same re-fit: what the service and the
-  build answer now;
+- the fitted profile as the table carries it (the hardware, and the learned residual over the realised
+  tiling in the knob correction's place where held-out keys say so: ``tiling_model.residual``) in the
+  same re-fit: what the service and the build answer now;
 - that profile scoring the whole space (every buffer count);
-- the fitted hardware with a residual fitted in place of the knob correction, whole space (the
+- the fitted hardware and correction with a residual fitted on top of the correction, whole space (the
   alternative not taken);
 - the floor: a model that knows every effect the device shares across sizes (all but the
   per-configuration part), whole space.
@@ -89,14 +89,14 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
     sweep = run("device loop", keys, device, trials, 0)
     learner = sweep["learner"]
     model = learner.fit_device()
-    without = rehashed(replace(model.profile, residual=NONE))  # the fit as it was before the residual
-    base = replace(model.profile, knob_correction=IDENTITY, residual=NONE)  # the fitted hardware
-    in_place = rehashed(replace(base, residual=fitted_residual(learner, base)))
+    correction = model.fit.correction if model.fit else IDENTITY  # the one fitted before the residual
+    without = rehashed(replace(model.profile, knob_correction=correction, residual=NONE))  # the fit before it
+    on_top = rehashed(replace(without, residual=fitted_residual(learner, without)))
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(keys), size=min(judged, len(keys)), replace=False))
     names = ("shipped model, re-fit (bucket's buffers)", "fitted, no residual, re-fit (before)",
              "fitted + residual, re-fit (what ships)", "fitted + residual, whole space",
-             "residual in place of the correction, whole space", "floor: every shared effect")  # fmt: skip
+             "residual on top of the correction, whole space", "floor: every shared effect")  # fmt: skip
     regrets: dict[str, list[float]] = {name: [] for name in names}
     timed = [sweep["regret"][i] for i in chosen]
     cost: list[tuple[float, float]] = []
@@ -112,7 +112,7 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
                 refit(n, key.variant, without, bucket),
                 refit(n, key.variant, model.profile, bucket),
                 whole_space_pick(key.variant, n, model.profile),
-                whole_space_pick(key.variant, n, in_place),
+                whole_space_pick(key.variant, n, on_top),
                 floor,
             )
             for name, p in zip(names, picks, strict=True):
@@ -120,8 +120,8 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
             cost.append((refit_us(key.variant, n, without, bucket), refit_us(key.variant, n, model.profile, bucket)))
     print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys at {trials} trials, {len(chosen)} judged "
           f"({time.monotonic() - start:.0f} s)")  # fmt: skip
-    for label, r in (("residual (shipped: on the knob correction)", model.profile.residual),
-                     ("residual in place of the correction", in_place.residual)):  # fmt: skip
+    for label, r in (("residual (shipped: in the correction's place)", model.profile.residual),
+                     ("residual on top of the correction", on_top.residual)):  # fmt: skip
         summary = r.summary()
         moved = sum(len(v) for v in summary["factors"].values())  # type: ignore[attr-defined]
         print(f"  {label}: penalty {summary['penalty']}, held-out within-key log rms {summary['held_out_rms']} "

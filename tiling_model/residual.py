@@ -85,6 +85,14 @@ class Residual:
     def identity(self) -> bool:
         return not any(self.beta)
 
+    def scaled(self, log_factor: float) -> Residual:
+        """This residual times one factor on every configuration (on each buffer-count level: every
+        configuration has one): a level the fit of within-key rankings leaves to the caller."""
+        beta = list(self.beta)
+        for level in range(BUFFERS):
+            beta[OFFSETS[COLUMN["buffer_num"]] + level] += log_factor
+        return Residual(tuple(beta), self.penalty, self.held_out_rms, self.held_out_rms_none)
+
     def table(self) -> tuple[float, ...]:
         """The factor of every level (features in order): what the engine and the exported header multiply."""
         return tuple(math.exp(b) for b in self.beta)

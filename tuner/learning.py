@@ -3,8 +3,8 @@
 The measurements are read from the study storage, not from one worker's memory or file: every worker of
 a sweep (several NPUs of a host, several hosts on one PostgreSQL) writes its trials there, so each one
 learns from all of them. The fit is ``model_tools.calibrate.fit_device``: the SoC profile's hardware
-parameters (robust, bounded by physics), then the knob correction on what they leave, then the residual over
-the realised tiling (``tiling_model.residual``) on what both leave.
+parameters (robust, bounded by physics) with the knob correction on what they leave, then the residual over
+the realised tiling (``tiling_model.residual``) in the correction's place where held-out keys say it is better.
 """
 
 from __future__ import annotations

@@ -30,11 +30,12 @@ SIGMOID_CSV = ROOT / "data" / "calibration" / "sigmoid_910b2.csv"  # in the repo
 SOC = load_soc("Ascend910B2")
 
 
-def synthetic(truth, launches, l2) -> list[Measured]:  # noqa: ANN001
-    """Cases timed exactly as ``truth`` predicts them."""
+def synthetic(truth, launches, l2, by_size: bool = False) -> list[Measured]:  # noqa: ANN001
+    """Cases timed exactly as ``truth`` predicts them; keys in turn, or ``by_size`` a sweep's (variant, size)."""
     out = []
     for i, t in enumerate(launches):
-        m = Measured("synthetic", f"synthetic:{i}", (t,), 1.0, True, l2, key=f"k{i % 12}")
+        key = f"{t.variant.label()}@{t.n}" if by_size else f"k{i % 12}"
+        m = Measured("synthetic", f"synthetic:{i}", (t,), 1.0, True, l2, key=key)
         out.append(replace(m, measured_us=predicted_us(m, truth)))
     return out
 
@@ -68,7 +69,7 @@ def test_a_device_fit_learns_its_hardware_and_knob_effects_and_holds_out_keys() 
         for j, (block, bn, tile) in enumerate(knobs):
             v = Variant("float32" if (i + j) % 2 else "float16", ("none", "mean")[j % 2])
             launches.append(compute_tiling([n], v, TilingParams(block, bn, tile, (48, 40, 24)[j % 3])))
-    data = synthetic(device, launches, False)
+    data = synthetic(device, launches, False, by_size=True)  # a key's configurations vary: a sweep's keys
     got = fit_device(data, SOC)
     assert got.fitted.values["hbm_gbps"] == pytest.approx(device.hbm_gbps, rel=0.05)
     assert got.correction.buffer[1] / got.correction.buffer[2] == pytest.approx(1.12, rel=0.04)
