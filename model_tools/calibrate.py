@@ -588,25 +588,43 @@ FOLDS = 5
 ROUNDS = 3
 
 
+def spread_over_keys(cases: Sequence[Measured], cap: int | None) -> list[Measured]:
+    """At most ``cap`` cases (None: all), spread evenly over the keys (each key's first ones kept)."""
+    if cap is None or len(cases) <= cap:
+        return list(cases)
+    by_key: dict[str, list[Measured]] = {}
+    for m in cases:
+        by_key.setdefault(m.key, []).append(m)
+    per = max(cap // len(by_key), 1)
+    return [m for group in by_key.values() for m in group[:per]][:cap]
+
+
+def _is_ours(m: Measured) -> bool:
+    return len(m.launches) == 1 and m.launches[0].kernel.knob_corrected
+
+
 def _fit_device(
-    cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...]
+    cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...], cap: int | None = None
 ) -> tuple[Fitted, KnobCorrection, Residual]:
+    """The hardware parameters with the knob correction (on at most ``cap`` cases, spread over the keys: the
+    robust fit's cost grows with them), then the residual on every case of bcetune's kernel."""
     base = replace(soc, knob_correction=IDENTITY, residual=NO_RESIDUAL)
-    configs = [_knobs(m.launches[0]) for m in cases]
-    ours = [i for i, m in enumerate(cases) if len(m.launches) == 1 and m.launches[0].kernel.knob_corrected]
+    some = spread_over_keys(cases, cap)
+    configs = [_knobs(m.launches[0]) for m in some]
+    ours = [i for i, m in enumerate(some) if _is_ours(m)]
     correction, start = IDENTITY, base
     fitted = Fitted({})
     for _ in range(ROUNDS):
-        fitted = fit(cases, replace(base, knob_correction=correction), free, start=start)
+        fitted = fit(some, replace(base, knob_correction=correction), free, start=start)
         hardware = fitted.apply(base)
-        logs = -np.log1p(errors([cases[i] for i in ours], hardware))  # log(measured / predicted)
-        correction = fit_correction([configs[i] for i in ours], [float(x) for x in logs], [cases[i].key for i in ours])
+        logs = -np.log1p(errors([some[i] for i in ours], hardware))  # log(measured / predicted)
+        correction = fit_correction([configs[i] for i in ours], [float(x) for x in logs], [some[i].key for i in ours])
         start = hardware
     # The residual in place of the correction where held-out keys say it ranks them better than the hardware
     # alone: its classes hold the correction's (block, buffers, alignment, cores) and what the knobs make of a
     # size (benchmarks/untimed_sizes.py: in place beat on top on every stand-in device).
     hardware = fitted.apply(base)
-    mine = [cases[i] for i in ours]
+    mine = [m for m in cases if _is_ours(m)]
     residual = device_residual(mine, hardware)
     if not residual.identity:  # its fit ranks within keys; the level across them (the correction's) is set here
         level = float(np.median(-np.log1p(errors(mine, replace(hardware, residual=residual)))))
@@ -643,25 +661,31 @@ def _knobs(t: TilingData) -> tuple[int, int, int, int]:
 
 
 def fit_device(
-    cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...] = DEVICE_PARAMS, folds: int = FOLDS
+    cases: Sequence[Measured],
+    soc: SocProfile,
+    free: tuple[str, ...] = DEVICE_PARAMS,
+    folds: int = FOLDS,
+    hardware_cap: int | None = None,
 ) -> DeviceFit:
     """Refit ``soc`` to a device's measurements: ``free`` hardware parameters (robust ``fit``) with the knob
     correction on the log residuals they leave (ridge towards 1), then the residual over the realised tiling
     (``tiling_model.residual``) in the correction's place where it ranks held-out keys better. The same fit is
     cross-validated by up to ``folds`` folds of keys (each key's cases predicted by a fit without them; from
     ``INTERVAL_MIN_KEYS`` keys) and of variants (from two; 0: no folds): the held-out errors give the
-    intervals a prediction carries, for a variant the sweep measured and for one it did not."""
+    intervals a prediction carries, for a variant the sweep measured and for one it did not. ``hardware_cap``:
+    the hardware fit takes at most that many cases, spread over the keys; the residual takes every one."""
     if not cases:
         raise CalibrationError("no measurements to fit a device to")
-    fitted, correction, residual = _fit_device(cases, soc, free)
+    fitted, correction, residual = _fit_device(cases, soc, free, hardware_cap)
     profile = rehashed(_device_profile(soc, fitted, correction, residual))
     keys = sorted({m.key for m in cases})
     variants = sorted({m.launches[0].variant.label() for m in cases})
     held = held_variants = None
     if folds > 0 and len(keys) >= INTERVAL_MIN_KEYS:
-        held = _held_out(cases, soc, free, [m.key for m in cases], keys, folds)
+        held = _held_out(cases, soc, free, [m.key for m in cases], keys, folds, hardware_cap)
     if folds > 0 and len(variants) >= 2:
-        held_variants = _held_out(cases, soc, free, [m.launches[0].variant.label() for m in cases], variants, folds)
+        labels = [m.launches[0].variant.label() for m in cases]
+        held_variants = _held_out(cases, soc, free, labels, variants, folds, hardware_cap)
     return DeviceFit(
         profile,
         fitted,
@@ -676,7 +700,13 @@ def fit_device(
 
 
 def _held_out(
-    cases: Sequence[Measured], soc: SocProfile, free: tuple[str, ...], group: list[str], groups: list[str], folds: int
+    cases: Sequence[Measured],
+    soc: SocProfile,
+    free: tuple[str, ...],
+    group: list[str],
+    groups: list[str],
+    folds: int,
+    cap: int | None = None,
 ) -> np.ndarray:
     """Each case predicted by the two-step fit on the other folds' cases: ``min(folds, len(groups))`` folds
     of whole groups (keys: sizes not seen; variants: variants not seen)."""
@@ -686,6 +716,6 @@ def _held_out(
         out = set(groups[f::k])
         train = [m for m, g in zip(cases, group, strict=True) if g not in out]
         idx = [i for i, g in enumerate(group) if g in out]
-        fold_fit, fold_corr, fold_res = _fit_device(train, soc, free)
+        fold_fit, fold_corr, fold_res = _fit_device(train, soc, free, cap)
         held[idx] = errors([cases[i] for i in idx], _device_profile(soc, fold_fit, fold_corr, fold_res))
     return held

@@ -13,10 +13,11 @@ better than no residual (noise alone fits factors of 1).
 
 The features are the engine's (``tiling_model/include/bce_grad_residual.h``, read here through
 ``_engine.residual_levels``): one source. A device's profile carries its residual (``SocProfile.residual``,
-fitted by the sweep's learner on top of the knob correction); the engine multiplies every prediction of
-bcetune's kernel by it (``table``: one factor per level, multiplied in feature order) and its re-fit's floors
-carry its least over each range, so the service, the explorer, the torch op and the exported C++
-``TunedTiling`` all search with it.
+fitted by the sweep's learner, in the knob correction's place where held-out keys say so; the level
+across keys set after, ``scaled``); the engine multiplies every prediction of bcetune's kernel by it
+(``table``: one factor per level, multiplied in feature order) and its re-fit's floors carry its least
+over each range, so the service, the explorer, the torch op and the exported C++ ``TunedTiling`` all
+search with it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # the fit needs SciPy (the tune extra); serving reads a fitted residual without it
+    from scipy import sparse
 
 from tiling_model import _engine
 
@@ -163,33 +167,41 @@ class Residual:
 NONE = Residual()
 
 
-def _solve(x: np.ndarray, keys: np.ndarray, y: np.ndarray, penalty: float) -> np.ndarray:
-    """Ridge on the feature columns with one free (barely penalised) level per key."""
+def _system(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The normal equations of the feature columns and one level column per key: (X'X, X'y, key count)."""
+    from scipy import sparse
+
     ids, key_index = np.unique(keys, return_inverse=True)
-    kx = np.zeros((len(y), ids.size))
-    kx[np.arange(len(y)), key_index] = 1.0
-    full = np.hstack([x, kx])
-    pen = np.concatenate([np.full(x.shape[1], penalty), np.full(ids.size, 1e-6)])
-    beta: np.ndarray = np.linalg.solve(full.T @ full + np.diag(pen), full.T @ y)
-    return beta[: x.shape[1]]
+    kx = sparse.csr_matrix((np.ones(len(y)), (np.arange(len(y)), key_index)), shape=(len(y), ids.size))
+    full = sparse.hstack([x, kx], format="csr")
+    gram: np.ndarray = (full.T @ full).toarray()
+    rhs: np.ndarray = np.asarray(full.T @ y).ravel()
+    return gram, rhs, int(ids.size)
 
 
-def _held_out_sse(x: np.ndarray, keys: np.ndarray, y: np.ndarray, penalty: float | None) -> float:
+def _solve(gram: np.ndarray, rhs: np.ndarray, keys: int, penalty: float) -> np.ndarray:
+    """Ridge on the feature columns with one free (barely penalised) level per key: the features' part."""
+    pen = np.concatenate([np.full(WIDTH, penalty), np.full(keys, 1e-6)])
+    beta: np.ndarray = np.linalg.solve(gram + np.diag(pen), rhs)
+    return beta[:WIDTH]
+
+
+def _held_out_sse(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray, penalties: list[float]) -> list[float]:
     """Squared log error of each held-out key's configurations, relative to the key's own mean (the
-    ranking within a key is what the residual is for), by folds of whole keys; ``None``: no residual."""
+    ranking within a key is what the residual is for), by folds of whole keys, for no residual and for
+    each penalty (one system per fold, solved per penalty)."""
     ids = np.unique(keys)
     fold_of = {g: i % FOLDS for i, g in enumerate(ids)}
     fold = np.array([fold_of[g] for g in keys])
-    sse = 0.0
+    sse = [0.0] * (len(penalties) + 1)
     for f in range(min(FOLDS, ids.size)):
         train, test = fold != f, fold == f
-        pred = (
-            np.zeros(int(test.sum())) if penalty is None else x[test] @ _solve(x[train], keys[train], y[train], penalty)
-        )
-        r = y[test] - pred
-        for g in np.unique(keys[test]):
-            m = keys[test] == g
-            sse += float(((r[m] - r[m].mean()) ** 2).sum())
+        system = _system(x[train], keys[train], y[train])
+        preds = [np.zeros(int(test.sum()))] + [x[test] @ _solve(*system, p) for p in penalties]
+        groups = [keys[test] == g for g in np.unique(keys[test])]
+        for j, pred in enumerate(preds):
+            r = y[test] - pred
+            sse[j] += sum(float(((r[m] - r[m].mean()) ** 2).sum()) for m in groups)
     return sse
 
 
@@ -208,15 +220,17 @@ def fit_residual(lv: np.ndarray, keys: Sequence[str], log_residuals: Sequence[fl
         centred[m] -= np.median(y[m])
     mad = 1.4826 * float(np.median(np.abs(centred)))
     keep = np.abs(centred) <= max(5 * mad, OUTLIER_LOG)
-    x, y, g = design(lv[keep]), y[keep], g[keep]
+    from scipy import sparse
+
+    x, y, g = sparse.csr_matrix(design(lv[keep])), y[keep], g[keep]
     scale = max(mad * mad, 1e-6)
-    none = _held_out_sse(x, g, y, None)
-    tried = {p: _held_out_sse(x, g, y, p * scale) for p in PENALTIES}
+    none, *sses = _held_out_sse(x, g, y, [p * scale for p in PENALTIES])
+    tried = dict(zip(PENALTIES, sses, strict=True))
     best = min(tried, key=lambda p: (tried[p], -p))
     rms = math.sqrt(tried[best] / y.size)
     rms_none = math.sqrt(none / y.size)
     if tried[best] >= none:
         return Residual(penalty=0.0, held_out_rms=rms_none, held_out_rms_none=rms_none)
-    beta = np.clip(_solve(x, g, y, best * scale), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
-    beta = np.where(x.any(axis=0), beta, 0.0)
+    beta = np.clip(_solve(*_system(x, g, y), best * scale), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
+    beta = np.where(np.asarray(x.sum(axis=0)).ravel() > 0, beta, 0.0)
     return Residual(tuple(float(b) for b in beta), best, rms, rms_none)

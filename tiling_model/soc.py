@@ -59,7 +59,8 @@ class SocProfile:
     # the shipped profiles; fitted by a sweep on a device: tiling_model.correction).
     knob_correction: KnobCorrection = IDENTITY
     # And what they say beyond the knobs, by classes of the realised tiling (none in the shipped profiles;
-    # fitted by a sweep on a device on top of the knob correction: tiling_model.residual).
+    # fitted by a sweep on a device, in the knob correction's place where it ranks held-out keys better:
+    # tiling_model.residual).
     residual: Residual = NONE
     profile_hash: str = field(default="", compare=False)
 

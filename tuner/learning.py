@@ -28,7 +28,8 @@ from tuner.key import StudyKey
 PRIOR_SIGMA = 0.04
 #: A fitted model's within-key error is never taken below this (the noise of a short measurement).
 MIN_SIGMA = 0.01
-#: Measurements and keys before the first fit; cases kept per fit (the most recent, evenly over keys).
+#: Measurements and keys before the first fit; cases the hardware fit takes (evenly over keys: the residual
+#: takes every one).
 MIN_CASES = 24
 MIN_KEYS = 2
 MAX_CASES = 900
@@ -85,17 +86,6 @@ def measurements(storage: optuna.storages.BaseStorage, soc: SocProfile, backend:
     return out
 
 
-def _recent(cases: list[Measured], cap: int) -> list[Measured]:
-    """At most ``cap`` cases, spread evenly over the keys (each key's first ones kept)."""
-    if len(cases) <= cap:
-        return cases
-    by_key: dict[str, list[Measured]] = {}
-    for m in cases:
-        by_key.setdefault(m.key, []).append(m)
-    per = max(cap // len(by_key), 1)
-    return [m for group in by_key.values() for m in group[:per]][:cap]
-
-
 def within_key_sigma(fit: DeviceFit) -> float:
     """The fitted model's relative error between configurations of one key: the robust sd of each key's
     log residuals around that key's own median (held out by key where the fit has folds)."""
@@ -130,7 +120,7 @@ class Learner:
         cases = measurements(self.storage, self.soc, self.backend)
         if len(cases) < MIN_CASES or len({m.key for m in cases}) < MIN_KEYS:
             return self._model
-        fit = fit_device(_recent(cases, MAX_CASES), self.soc, folds=folds)
+        fit = fit_device(cases, self.soc, folds=folds, hardware_cap=MAX_CASES)
         self._model = DeviceModel(fit.profile, within_key_sigma(fit), fit)
         self.fits += 1
         return self._model
