@@ -114,6 +114,7 @@ bench-search: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py
 	$(PY) benchmarks/interval_coverage.py
 	$(PY) benchmarks/untimed_sizes.py
+	$(PY) benchmarks/device_header_cost.py
 
 # Regret of the shipped tables on held-out sizes against the exhaustive best (model backend), by SoC:
 # the service's policy beside the CANN build's (the C++ header) and the bucket's knobs unchanged.
