@@ -167,6 +167,21 @@ class Residual:
 NONE = Residual()
 
 
+def summary_line(summary: dict[str, Any]) -> str:
+    """One line of what a fit's residual learnt (``Residual.summary``'s document), for the CLIs."""
+    factors = summary.get("factors") or {}
+    if not factors:
+        return "none (held-out keys ranked no better with one)"
+    moved = [(abs(f - 1.0), f"{name}[{level}] x{f}") for name, levels in factors.items() for level, f in levels.items()
+             if name != "buffer_num"]  # fmt: skip
+    top = ", ".join(text for _, text in sorted(moved, reverse=True)[:3])
+    level = factors.get("buffer_num")  # they carry the level across keys too
+    by_buffers = f"; by BUFFER_NUM (with the level across keys) {level}" if level else ""
+    return (f"{len(moved)} levels moved (largest: {top}){by_buffers}; held-out within-key log rms "
+            f"{summary.get('held_out_rms')} (none: {summary.get('held_out_rms_none')}), penalty "
+            f"{summary.get('penalty')}")  # fmt: skip
+
+
 def _system(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """The normal equations of the feature columns and one level column per key: (X'X, X'y, key count)."""
     from scipy import sparse

@@ -15,6 +15,7 @@ from kernel.cpu import KernelBuildError
 from kernel.npu import NpuUnavailable
 from model_tools.cli.args import Parser, csv_of, positive_int
 from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, compute_tiling, known_socs, predict
+from tiling_model.residual import summary_line
 from tiling_model.tables import TableEntry, TuningTable, load_table, variant_order, write_table
 from tuner.backends import BACKENDS, make_backend
 from tuner.export_header import HEADER_PATH, export_header
@@ -172,6 +173,8 @@ def report(table_path: Path, dtypes: list[str], reductions: list[str]) -> None:
             f"fitted{held_text}; fitted {fit.get('fitted')}"
         )
         print(f"knob correction: {fit.get('knob_correction')}")
+        if "residual" in fit:
+            print(f"residual over the realised tiling: {summary_line(fit['residual'])}")
     print(
         f"{'dtype':<9}{'red':<5}{'w':<9}{'pos_w':<9}{'wrt':<6}"
         f"{'size':>11}  {'block':>6}{'bufs':>5}{'tile':>7}{'cores':>6}"

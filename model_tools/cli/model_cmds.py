@@ -35,6 +35,7 @@ from tiling_model.kernels import (
     elementwise_kernel,
 )
 from tiling_model.model_types import L2_STATES
+from tiling_model.residual import summary_line
 from tiling_model.soc import known_socs, load_soc, profile_to_json
 from tiling_model.space import score_space
 from tiling_model.tiling import TilingError, TilingParams, element_count, tile_kernel
@@ -248,6 +249,8 @@ def _calibrate(a: argparse.Namespace) -> int:
         print(f"  {k:<20} not fitted, kept at the profile's {getattr(soc, k):g}: {why}")
     if summary.get("knob_correction"):
         print(f"  knob correction: {summary['knob_correction']}")
+    if "residual" in summary:
+        print(f"  residual over the realised tiling: {summary_line(summary['residual'])}")
     for m, e in residuals:
         print(f"  {m.source:<50} {m.op:<12} measured {m.measured_us:>9.2f} predicted {m.measured_us * (1 + e):>9.2f} "
               f"({100 * e:+.1f}%)")  # fmt: skip

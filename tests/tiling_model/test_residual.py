@@ -22,6 +22,7 @@ from tiling_model.residual import (
     design,
     fit_residual,
     levels,
+    summary_line,
 )
 from tiling_model.soc import profile_from_json, profile_to_json, rehashed
 
@@ -229,3 +230,11 @@ def test_a_predictions_factor_is_its_levels_factors_multiplied_in_order() -> Non
     assert predict(t, soc) == shipped * want
     seed = compute_tiling([1_000_003], Variant("float16", "none", "full"), TilingParams(), soc, "seed")
     assert predict(seed, soc) == predict(seed, load_soc("Ascend910B2"))
+
+
+def test_the_summary_line_says_what_was_learnt_or_that_nothing_was() -> None:
+    assert summary_line(NONE.summary()).startswith("none")
+    beta = [0.0] * WIDTH
+    beta[OFFSETS[FEATURES.index(("cores", 65))] + 47] = math.log(1.04)
+    line = summary_line(Residual(tuple(beta), 30.0, 0.01, 0.02).summary())
+    assert line.startswith("1 levels moved (largest: cores[47] x1.04)") and "rms 0.01 (none: 0.02)" in line
