@@ -251,6 +251,17 @@ void EachConfig(int64_t n, const Column& block, const Column& bn, const Column& 
 }
 
 /** Every configuration of a space at n elements, simulated: simulate.BatchResult's columns. */
+/** A re-fit's arguments checked, and its blocks in the descending, distinct order it searches them. */
+std::vector<int64_t> RefitBlocks(const std::vector<int64_t>& blocks, int64_t bn, const Kernel& k) {
+    if (blocks.size() > static_cast<size_t>(cost::kMaxBlocks)) throw std::invalid_argument("too many block sizes");
+    if (bn < 1) throw std::invalid_argument("buffer_num must be >= 1");
+    if (k.model.scalarQueueBytes > 0) throw std::invalid_argument("the re-fit is for exact-scheme kernels");
+    std::vector<int64_t> order(blocks);
+    std::sort(order.begin(), order.end(), [](int64_t a, int64_t b) { return a > b; });
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    return order;
+}
+
 nb::tuple Score(int64_t n, const Column& block, const Column& bn, const Column& tile, const Column& cores,
                 const Kernel& k, const Soc& s, double hit) {
     const size_t m = block.shape(0);
@@ -414,12 +425,7 @@ NB_MODULE(_engine, m) {
     m.def("refit",
           [](int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64_t tileTop, int64_t maxCores,
              const Kernel& k, const Soc& s, int64_t seedBlock, int64_t seedTile, int64_t seedCores) {
-              if (blocks.size() > static_cast<size_t>(cost::kMaxBlocks)) throw std::invalid_argument("too many block sizes");
-              if (bn < 1) throw std::invalid_argument("buffer_num must be >= 1");
-              if (k.model.scalarQueueBytes > 0) throw std::invalid_argument("the re-fit is for exact-scheme kernels");
-              std::vector<int64_t> order(blocks);
-              std::sort(order.begin(), order.end(), [](int64_t a, int64_t b) { return a > b; });
-              order.erase(std::unique(order.begin(), order.end()), order.end());
+              const std::vector<int64_t> order = RefitBlocks(blocks, bn, k);
               nb::gil_scoped_release unlocked;
               return cost::Refit(n, order.data(), static_cast<int>(order.size()), bn, tileTop, maxCores, k.model,
                                  s.model, seedBlock, seedTile, seedCores);
@@ -431,12 +437,7 @@ NB_MODULE(_engine, m) {
     m.def("refit_stats",
           [](int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64_t tileTop, int64_t maxCores,
              const Kernel& k, const Soc& s) {
-              if (blocks.size() > static_cast<size_t>(cost::kMaxBlocks)) throw std::invalid_argument("too many block sizes");
-              if (bn < 1) throw std::invalid_argument("buffer_num must be >= 1");
-              if (k.model.scalarQueueBytes > 0) throw std::invalid_argument("the re-fit is for exact-scheme kernels");
-              std::vector<int64_t> order(blocks);
-              std::sort(order.begin(), order.end(), [](int64_t a, int64_t b) { return a > b; });
-              order.erase(std::unique(order.begin(), order.end()), order.end());
+              const std::vector<int64_t> order = RefitBlocks(blocks, bn, k);
               cost::RefitStats st;
               cost::Refit(n, order.data(), static_cast<int>(order.size()), bn, tileTop, maxCores, k.model, s.model, 0,
                           0, 0, &st);
