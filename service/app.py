@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -65,18 +66,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.max_queued,
         settings.heavy_share,
         on_job=lambda outcome: metrics.jobs.labels(outcome).inc(),
+        warm=functools.partial(warm_worker, settings.default_soc),
     )
 
     def warm_up() -> None:
         """The explorer's first picture off the request path, in the background: the scheduler's worker
-        processes start and load matplotlib, its fonts and renderers (the cost model needs no warm-up:
-        its engine is compiled when the package is installed). A thread, not a daemon: shutdown sets
-        ``stopping``, stops the scheduler (which ends a warm-up still under way) and waits for it."""
+        processes start and, in their initializer, load matplotlib, its fonts and renderers (``warm_worker``;
+        the cost model needs no warm-up: its engine is compiled when the package is installed). A thread,
+        not a daemon: shutdown sets ``stopping``, stops the scheduler (which ends a warm-up still under way)
+        and waits for it."""
         try:
-            for _ in range(settings.heavy_workers):
-                if stopping.is_set():
-                    return
-                scheduler.pool().submit(warm_worker, settings.default_soc).result()
+            if not stopping.is_set():
+                for started in scheduler.start_workers():
+                    started.result()
         except Exception:  # noqa: BLE001 - /tiling/plot then pays it, or says what is missing
             if not stopping.is_set():  # a stop ends the warm-up's worker: not a failure
                 log.exception("warming up the explorer's pictures failed")
@@ -109,6 +111,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         watcher = loop.create_task(watch()) if settings.reload_interval_s > 0 else None
         settle_heap()
         metrics.watch_gc()
+        stopping.clear()  # a lifespan may run again (a test client per call): this life serves
+        scheduler.start()
         warmer = threading.Thread(target=warm_up, name="warm-up-explorer")
         warmer.start()
         logs.event(

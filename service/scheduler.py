@@ -27,6 +27,7 @@ import asyncio
 import concurrent.futures
 import functools
 import gc
+import logging
 import multiprocessing
 import os
 import threading
@@ -68,11 +69,21 @@ def _timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
     return result, time.process_time() - start
 
 
-def _worker_init() -> None:
-    """A pool worker's initializer: below the serving process (so /tiling wins a contended core), and
-    gone with it. A pool worker blocks on its job queue, whose write end it holds itself, so it never
-    sees the service die: a watch thread ends it when its parent changes (a killed service)."""
-    os.nice(19)
+#: The nice level a worker's jobs run at: below the serving process, so /tiling wins a contended core.
+WORKER_NICE = 19
+
+
+def _worker_init(warm: Callable[[], None] | None = None) -> None:
+    """A pool worker's initializer. Its start-up (``warm``: imports, fonts, a first picture) runs at the
+    serving process's priority, and only then does the worker drop below it for its jobs: a bounded cost
+    paid once, while readiness says so. Started at nice 19 instead, on a machine whose cores other
+    processes keep busy, it got ~1.5% of a core for ~1.3 s of CPU and the first explanation timed out
+    after 30 s (measured: two busy loops on two cores beside the service). A warm-up that fails is
+    logged, not raised (a raising initializer breaks the pool for good): the first picture pays it, or
+    says what is missing.
+
+    A pool worker blocks on its job queue, whose write end it holds itself, so it never sees the service
+    die: a watch thread ends it when its parent changes (a killed service)."""
     parent = os.getppid()
 
     def watch() -> None:
@@ -81,6 +92,12 @@ def _worker_init() -> None:
         os._exit(0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    if warm is not None:
+        try:
+            warm()
+        except Exception:  # noqa: BLE001 - see the docstring
+            logging.getLogger("bcetune.scheduler").exception("warming up a worker process failed")
+    os.nice(WORKER_NICE)
 
 
 @dataclass
@@ -98,6 +115,7 @@ class Scheduler:
     max_queued: int = 32
     heavy_share: float = 0.1
     on_job: Callable[[str], None] | None = None  # told each job's outcome: done, cancelled, failed
+    warm: Callable[[], None] | None = None  # each worker's start-up, before its first job (picklable)
     _pool: concurrent.futures.ProcessPoolExecutor | None = field(default=None, init=False, repr=False)
     _queues: OrderedDict[str, deque[_Job]] = field(default_factory=OrderedDict, init=False, repr=False)
     _in_flight: dict[str, int] = field(default_factory=dict, init=False, repr=False)
@@ -116,8 +134,21 @@ class Scheduler:
             raise RuntimeError("the scheduler is stopped")
         if self._pool is None:  # spawn: no fork of a process that runs threads and an event loop
             ctx = multiprocessing.get_context("spawn")
-            self._pool = concurrent.futures.ProcessPoolExecutor(self.workers, ctx, initializer=_worker_init)
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self.workers, ctx, initializer=_worker_init, initargs=(self.warm,)
+            )
         return self._pool
+
+    def start(self) -> None:
+        """Serve again after a ``shutdown``: an app's lifespan may run more than once (a test client per
+        call does), and each life starts its own pool."""
+        self._stopped = False
+
+    def start_workers(self) -> list[concurrent.futures.Future[int]]:
+        """Start every worker now, not at the first request: one job per worker submitted at once (the
+        executor starts a process per job while none is idle); each is done once its worker has warmed."""
+        pool = self.pool()
+        return [pool.submit(os.getpid) for _ in range(self.workers)]
 
     @property
     def degraded(self) -> str | None:
@@ -127,7 +158,7 @@ class Scheduler:
 
     def _replace_pool(self, broken: concurrent.futures.ProcessPoolExecutor | None) -> None:
         """A worker died (killed, out of memory): the pool is broken for good, so it is replaced by a new
-        one, warmed in the background; readiness says degraded until the new one has answered."""
+        one, warmed in the background; readiness says degraded until every new worker has warmed."""
         if self._stopped or (broken is not None and self._pool is not broken):
             return  # stopping, or replaced already
         self.replacements += 1
@@ -136,14 +167,14 @@ class Scheduler:
         if broken is not None:
             broken.shutdown(wait=False, cancel_futures=True)
         self._degraded = "a worker process died; its replacement is starting"
-        pool = self.pool()
-        warming = asyncio.wrap_future(pool.submit(os.getpid))
+        warming = [asyncio.wrap_future(f) for f in self.start_workers()]
+        pool = self._pool
 
-        def warmed(f: asyncio.Future[Any]) -> None:
-            if self._pool is pool and not f.cancelled() and f.exception() is None:
+        def warmed(all_done: asyncio.Future[Any]) -> None:
+            if self._pool is pool and not all_done.cancelled() and all_done.exception() is None:
                 self._degraded = None
 
-        warming.add_done_callback(warmed)
+        asyncio.gather(*warming).add_done_callback(warmed)
 
     def shutdown(self, grace_s: float = 2.0) -> None:
         """Stop: queued jobs are cancelled, running ones get ``grace_s`` to finish, then their worker

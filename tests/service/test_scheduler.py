@@ -5,6 +5,7 @@ requests' share of the event loop (what is charged to it, in the app)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing.connection
 import os
 import time
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.config import Settings
-from service.scheduler import Disconnected, Refused, Scheduler
+from service.scheduler import WORKER_NICE, Disconnected, Refused, Scheduler
 
 
 def napping(tag: str, seconds: float) -> tuple[str, int]:
@@ -255,3 +256,47 @@ def test_a_stop_unlinks_the_pools_named_semaphores_before_it_returns() -> None:
     assert all(f.exists() for f in files), files
     s.shutdown()
     assert not [f for f in files if f.exists()]
+
+
+def nice_level() -> int:
+    """A job: the nice level its worker runs jobs at."""
+    return os.nice(0)
+
+
+def test_a_worker_warms_at_the_services_priority_and_runs_its_jobs_below_it(tmp_path: Path) -> None:
+    """Its start-up (``warm``) runs before the drop to WORKER_NICE: started at nice 19 on a machine whose cores
+    were busy, a worker took > 30 s to load what a first explanation needs. A warm-up that fails is logged, and
+    the pool still serves (a raising initializer would break it for good)."""
+    mark = tmp_path / "warmed"
+    s = Scheduler(workers=1, warm=functools.partial(record_nice, mark))
+    try:
+        (started,) = s.start_workers()
+        started.result(timeout=30)
+        assert int(mark.read_text()) == os.nice(0)  # warmed at the priority of the process that started it
+        assert s.pool().submit(nice_level).result(timeout=30) == min(19, os.nice(0) + WORKER_NICE)
+    finally:
+        s.shutdown()
+    s = Scheduler(workers=1, warm=failing_warm_up)
+    try:
+        assert s.pool().submit(nice_level).result(timeout=30) == min(19, os.nice(0) + WORKER_NICE)
+    finally:
+        s.shutdown()
+
+
+def record_nice(path: Path) -> None:
+    path.write_text(str(os.nice(0)))
+
+
+def failing_warm_up() -> None:
+    raise OSError("no fonts here")
+
+
+def test_an_app_whose_lifespan_runs_twice_serves_explanations_in_its_second_life(tmp_path: Path) -> None:
+    """A test client per call (schemathesis' ASGI transport) starts and stops the lifespan each time: the stop
+    of the first life must not leave the scheduler refusing every explanation (a 500) in the next."""
+    app = create_app(Settings(tables_dir=tmp_path, reload_interval_s=0))
+    body = {"shape": [4096, 7], "dtype": "float32"}
+    for life in range(2):
+        with TestClient(app) as client:
+            r = client.post("/tiling/explain", json={**body, "shape": [4096, 7 + life]})
+            assert r.status_code == 200, (life, r.text)
