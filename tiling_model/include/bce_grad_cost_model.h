@@ -1436,15 +1436,29 @@ private:
     void OneTile(const RefitPair& p, int64_t c, int b, int64_t tiLo, int64_t tiHi) {
         const double us = OneTilePairUs(p, c, b, tiHi * stepElems_);
         if (residual_) {
-            for (int64_t top = tiHi; top >= tiLo;) {  // one size class at a time, from the largest
-                const int64_t cls = residual::TileSizeLevel(top * kTileStepBytes);
+            // Every core runs one tile at each of these tiles, so the residual's levels differ only by the tile's
+            // place in the page and size class: their product with the rest's (`fixed`) is the factor up to the
+            // order of rounding (a relative 1e-12 covers it). A candidate that cannot win by that floor is not
+            // priced exactly (measured: pricing every candidate was half of a device table's first call).
+            const Kinds top = WithTile(p.kinds, tiHi * stepElems_);
+            int64_t levels[residual::kFeatures];
+            residual::LevelsOf(top, k_.elemBytes, blocks_[b], bn_, tiHi * kTileStepBytes, levels);
+            double fixed = 1.0;
+            for (int f = 0; f < residual::kFeatures; ++f) {
+                if (!residual::Floors::ByTile(f)) fixed *= s_.residualFactor[residual::kOffsets.at[f] + levels[f]];
+            }
+            for (int64_t hi = tiHi; hi >= tiLo;) {  // one size class at a time, from the largest
+                const int64_t cls = residual::TileSizeLevel(hi * kTileStepBytes);
                 const int64_t classLo = std::max<int64_t>(tiLo, CeilDiv(int64_t{1} << cls, kTileStepBytes));
-                for (int64_t ti = top; ti >= classLo && ti > top - residual::kPageSteps; --ti) {
+                const double sized = us * fixed * floors_.Size(cls) * (1.0 - 1e-12);
+                for (int64_t ti = hi; ti >= classLo && ti > hi - residual::kPageSteps; --ti) {
                     const int64_t tile = ti * kTileStepBytes;
-                    const double f = ConfigFactor(s_, k_, WithTile(p.kinds, tile / k_.elemBytes), blocks_[b], bn_, tile);
+                    const double knob = corrected_ ? KnobFactor(s_, k_, blocks_[b], bn_, tile, c) : 1.0;
+                    if (!CanWin(sized * floors_.Page(ti) * knob * (1.0 - 1e-12), tile, c, b)) continue;
+                    const double f = ConfigFactor(s_, k_, WithTile(top, tile / k_.elemBytes), blocks_[b], bn_, tile);
                     Consider(f != 1.0 ? us * f : us, tile, c, b);  // PredictConfig's corrected prediction
                 }
-                top = classLo - 1;
+                hi = classLo - 1;
             }
             return;
         }

@@ -82,7 +82,8 @@ inline int64_t AlignLevel(int64_t bytes, const int64_t* grains, int count) {
 
 /** The tiles-per-core bin: each count to 16 its own, then 17-24, 25-32, 33-48, 49-64, more. */
 inline int64_t TilesBin(int64_t tiles) {
-    for (int i = 0; i < kTilesBins; ++i) {
+    if (tiles <= 16) return tiles < 1 ? 0 : tiles - 1;  // kTilesBinTop's first 16 are 1..16
+    for (int i = 16; i < kTilesBins; ++i) {
         if (tiles <= kTilesBinTop[i]) return i;
     }
     return kTilesBins;
@@ -195,6 +196,12 @@ public:
             for (int64_t a = 0; a < 5; ++a) tail = std::min(tail, At(kTailAlign, a) * At(kTailAlignXTiles, a * kTilesLevels + t));
             tiles_[t] = tail * At(kTilesXBuffers, t * kBuffers + b);
         }
+        for (int64_t lo = 0; lo < kTilesLevels; ++lo) {  // the least over each run of bins (a search asks per range)
+            double least = INFINITY;
+            for (int64_t hi = lo; hi < kTilesLevels; ++hi) tilesLeast_[lo][hi] = least = std::min(least, tiles_[hi]);
+        }
+        pageLeast_ = INFINITY;
+        for (int64_t r = 0; r < kPageSteps; ++r) pageLeast_ = std::min(pageLeast_, page_[r]);
         bounds_ = std::min(At(kCoreBoundsAlignedXBuffers, b), At(kCoreBoundsAlignedXBuffers, kBuffers + b));
         structure_ = At(kStructure, 0);
         for (int64_t l = 1; l < 4; ++l) structure_ = std::min(structure_, At(kStructure, l));
@@ -206,21 +213,31 @@ public:
                              At(kCores, Clamp(r.cores, 0, 64)) * At(kCoresOddXBuffers, (r.cores % 2) * kBuffers + b) *
                              (r.aligned >= 0 ? At(kCoreBoundsAlignedXBuffers, r.aligned * kBuffers + b) : bounds_) *
                              (r.structure >= 0 ? At(kStructure, r.structure) : structure_);
-        double page = INFINITY;
-        const int64_t steps = std::min<int64_t>(r.tiHi - r.tiLo + 1, kPageSteps);
-        for (int64_t ti = r.tiHi; ti > r.tiHi - steps; --ti) page = std::min(page, page_[ti % kPageSteps]);
+        double page = pageLeast_;  // a range of kPageSteps tiles or more holds every place
+        if (r.tiHi - r.tiLo + 1 < kPageSteps) {
+            page = INFINITY;
+            for (int64_t ti = r.tiHi; ti >= r.tiLo; --ti) page = std::min(page, page_[ti % kPageSteps]);
+        }
         double sized = INFINITY;  // per size class: its tiles' factor and their widest core's tile counts'
         for (int64_t ti = r.tiHi; ti >= r.tiLo;) {
             const int64_t l = TileSizeLevel(ti * kPageStepBytes);
             const int64_t lo = std::max<int64_t>(r.tiLo, ((int64_t{1} << l) + kPageStepBytes - 1) / kPageStepBytes);
             const int64_t fewest = TilesBin(CeilTiles(r.eLo, ti * r.stepElems));
             const int64_t most = TilesBin(CeilTiles(r.eHi, lo * r.stepElems));
-            double tiles = INFINITY;
-            for (int64_t t = fewest; t <= most; ++t) tiles = std::min(tiles, tiles_[t]);
-            sized = std::min(sized, size_[l] * tiles);
+            sized = std::min(sized, size_[l] * tilesLeast_[fewest][most]);
             ti = lo - 1;
         }
         return fixed * page * sized * (1.0 - 1e-12);
+    }
+
+    /** The tile's place in the page's part of a factor (its alignment and page step), and its size class's. */
+    double Page(int64_t ti) const { return page_[ti % kPageSteps]; }
+    double Size(int64_t level) const { return size_[level]; }
+
+    /** Whether a feature's level is set by the tile's place in the page or its size class (Page, Size). */
+    static bool ByTile(int feature) {
+        return feature == kTileAlign || feature == kTileAlignXBuffers || feature == kTileInPageXBuffers ||
+               feature == kTileSize || feature == kTileSizeXBuffers;
     }
 
 private:
@@ -233,6 +250,8 @@ private:
     double page_[kPageSteps] = {};
     double size_[kTileSizeClasses] = {};
     double tiles_[kTilesLevels] = {};
+    double tilesLeast_[kTilesLevels][kTilesLevels] = {};  // [lo][hi]: the least of tiles_[lo..hi]
+    double pageLeast_ = 1.0;                             // the least of page_
 };
 
 }  // namespace residual
