@@ -1016,6 +1016,7 @@ struct RefitWidth {
     Lines lines;
     double serialUs;  // that core run as one tile: its stages in a row, exactly (Evaluate's, less the start-up);
                       // < 0 until a range with a tile that large needs it (SerialOf)
+    double residualBlock;  // the least residual block factor of its pairs' blocks (1 without a residual)
 };
 
 /** What a re-fit works in: per thread, reused, no allocation (the pairs are marked unknown per call). */
@@ -1094,7 +1095,11 @@ public:
                 widestTop_[c] = CeilDiv(n + blockElems - 1, c) + blockElems;
                 break;  // blocks descend: the first that runs c cores is the largest
             }
-            for (int b = 0; b < nBlocks; ++b) w.pairs[b][c].known = false;
+            coresBlock_[c] = INFINITY;  // the least residual block factor of the blocks that run c cores
+            for (int b = 0; b < nBlocks; ++b) {
+                w.pairs[b][c].known = false;
+                if (c <= coresMax_[b]) coresBlock_[c] = std::min(coresBlock_[c], ResidualBlock(b));
+            }
             w.widthCount[c] = 0;
         }
     }
@@ -1231,7 +1236,7 @@ private:
         } else {
             core = l.RangeUs(e, Lines::Either, xlo, xhi, false);
         }
-        const double res = ResidualFloor(c, 1, tiles_, e, std::max(e, widestTop_[c]));
+        const double res = ResidualFloor(c, 1, tiles_, e, std::max(e, widestTop_[c]), coresBlock_[c]);
         RefitRange r{RangeFloor(c, core, res), 1, static_cast<int32_t>(tiles_), static_cast<int32_t>(c), kEveryBlock};
         if (Traded(e, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
             r.floor = RangeFloor(c, std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi)), res);
@@ -1247,7 +1252,7 @@ private:
         const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
         const double serial = xhi >= wd.elems ? SerialOf(c, i) : -1.0;
         const double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
-        const double res = ResidualFloor(c, tiLo, tiHi, wd.elems, wd.elems);
+        const double res = ResidualFloor(c, tiLo, tiHi, wd.elems, wd.elems, wd.residualBlock);
         RefitRange r{RangeFloor(c, core, res), static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi),
                      static_cast<int32_t>(c), WidthBlock(i)};
         if (Traded(wd.elems, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
@@ -1388,7 +1393,8 @@ private:
             const Lines lines = widest.aligned ? Lines::Aligned : Lines::Misaligned;
             int i = 0;
             while (i < count && (widths[i].elems != widest.elems || widths[i].lines != lines)) ++i;
-            if (i == count) widths[count++] = RefitWidth{widest.elems, lines, -1.0};
+            if (i == count) widths[count++] = RefitWidth{widest.elems, lines, -1.0, INFINITY};
+            widths[i].residualBlock = std::min(widths[i].residualBlock, ResidualBlock(b));
             w_.widthOf[b][c] = static_cast<int8_t>(i);
         }
         w_.widthCount[c] = count;
@@ -1553,6 +1559,7 @@ private:
     int64_t coresMax_[kMaxBlocks] = {};
     bool curvesRise_ = false;  // the copy curves never fall: a copy of more bytes never takes less time
     int64_t widestTop_[kMaxCores + 1] = {};  // per core count: no pair's widest core holds more
+    double coresBlock_[kMaxCores + 1] = {};  // per core count: the least residual block factor of its blocks
     int64_t topCores_ = 0;
     int64_t queued_ = 0;
     double bestUs_ = INFINITY;  // the least prediction seen (not rounded)
