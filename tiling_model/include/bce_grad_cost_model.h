@@ -1095,9 +1095,9 @@ public:
                 widestTop_[c] = CeilDiv(n + blockElems - 1, c) + blockElems;
                 break;  // blocks descend: the first that runs c cores is the largest
             }
-            coresBlock_[c] = INFINITY;  // the least residual block factor of the blocks that run c cores
-            for (int b = 0; b < nBlocks; ++b) {
-                w.pairs[b][c].known = false;
+            for (int b = 0; b < nBlocks; ++b) w.pairs[b][c].known = false;
+            coresBlock_[c] = residual_ ? INFINITY : 1.0;  // the least residual block factor of c cores' blocks
+            for (int b = 0; residual_ && b < nBlocks; ++b) {
                 if (c <= coresMax_[b]) coresBlock_[c] = std::min(coresBlock_[c], ResidualBlock(b));
             }
             w.widthCount[c] = 0;
