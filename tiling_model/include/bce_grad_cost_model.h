@@ -1451,7 +1451,7 @@ private:
             residual::LevelsOf(top, k_.elemBytes, blocks_[b], bn_, tiHi * kTileStepBytes, levels);
             double fixed = 1.0;
             for (int f = 0; f < residual::kFeatures; ++f) {
-                if (!residual::Floors::ByTile(f)) fixed *= s_.residualFactor[residual::kOffsets.at[f] + levels[f]];
+                if (!residual::SetByTile(f)) fixed *= s_.residualFactor[residual::kOffsets.at[f] + levels[f]];
             }
             for (int64_t hi = tiHi; hi >= tiLo;) {  // one size class at a time, from the largest
                 const int64_t cls = residual::TileSizeLevel(hi * kTileStepBytes);

@@ -98,6 +98,13 @@ inline int64_t TileAlignLevel(int64_t tile) {
 /** The tile's size class: log2 of its bytes. */
 inline int64_t TileSizeLevel(int64_t tile) { return Clamp(Log2Floor(tile), 0, kTileSizeClasses - 1); }
 
+/** Whether a feature's level is set by the tile alone: its place in the page or its size class (what
+ *  Floors::Page and Floors::Size price). */
+constexpr bool SetByTile(int feature) {
+    return feature == kTileAlign || feature == kTileAlignXBuffers || feature == kTileInPageXBuffers ||
+           feature == kTileSize || feature == kTileSizeXBuffers;
+}
+
 /** Every feature's level of one exact-scheme configuration whose kinds are k (cost::Kinds; elem bytes per
  *  element). */
 template <class CoreKinds>
@@ -233,12 +240,6 @@ public:
     /** The tile's place in the page's part of a factor (its alignment and page step), and its size class's. */
     double Page(int64_t ti) const { return page_[ti % kPageSteps]; }
     double Size(int64_t level) const { return size_[level]; }
-
-    /** Whether a feature's level is set by the tile's place in the page or its size class (Page, Size). */
-    static bool ByTile(int feature) {
-        return feature == kTileAlign || feature == kTileAlignXBuffers || feature == kTileInPageXBuffers ||
-               feature == kTileSize || feature == kTileSizeXBuffers;
-    }
 
 private:
     double At(int feature, int64_t level) const { return t_[kOffsets.at[feature] + level]; }
