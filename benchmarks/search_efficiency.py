@@ -26,8 +26,9 @@ import optuna
 from tiling_model import TilingParams, load_soc
 from tiling_model.pick import refit
 from tiling_model.space import score_space
+from tuner.explore import choose
 from tuner.key import StudyKey
-from tuner.learning import Learner
+from tuner.learning import Learner, measurements
 from tuner.study import tune
 from tuner.sweep import sweep_keys
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
@@ -47,7 +48,10 @@ def pick_keys(count: int, seed: int = 2026) -> list[StudyKey]:
     return [every[i] for i in idx]
 
 
-def run(strategy: str, keys: list[StudyKey], device: SyntheticDevice, budget: int, replicate: int) -> dict:
+def run(strategy: str, keys: list[StudyKey], device: SyntheticDevice, budget: int, replicate: int,
+        explore: int = 0) -> dict:  # fmt: skip
+    """Tune the keys in order on the device; with ``explore`` (device loop only), then that many sizes between
+    them that teach most (``tuner.explore``), at the same budget each. Regrets are the keys'."""
     backend = SyntheticBackend(device, seed=1000 * replicate + budget)
     storage = optuna.storages.InMemoryStorage()
     learner = Learner(device.soc, storage, backend.name) if strategy == "device loop" else None
@@ -63,7 +67,17 @@ def run(strategy: str, keys: list[StudyKey], device: SyntheticDevice, budget: in
         samples.append(backend.samples - before)
         trials.append(e.trials)
         entries.append(e)
-    return {"regret": regrets, "samples": samples, "trials": trials, "learner": learner, "entries": entries}
+    explored: list[StudyKey] = []
+    if explore and learner:
+        cases = measurements(storage, device.soc, backend.name)
+        explored = [c.key for c in choose(keys, cases, learner.model().profile, explore, budget)]
+        for key in explored:
+            before = backend.samples
+            tune(key, backend, storage, budget, model=learner.model(), strategy="race")
+            learner.study_done()
+            samples.append(backend.samples - before)
+    return {"regret": regrets, "samples": samples, "trials": trials, "learner": learner, "entries": entries,
+            "explored": explored}  # fmt: skip
 
 
 def model_best(keys: list[StudyKey], device: SyntheticDevice) -> list[float]:

@@ -49,6 +49,7 @@ from tiling_model.pick import refit
 from tiling_model.residual import NONE, Residual
 from tiling_model.soc import SocProfile, rehashed
 from tiling_model.space import BLOCK_CHOICES, score_space, tile_choices
+from tuner.explore import shared_trials
 from tuner.learning import measurements
 from tuner.synthetic import DEVICE_SHAPES, SyntheticDevice
 
@@ -82,11 +83,12 @@ def refit_us(variant: Variant, n: int, profile: SocProfile, bucket: TilingParams
     return best * 1e6
 
 
-def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> None:
+def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, explore: int = 0) -> None:
     device = SyntheticDevice(load_soc(SOC), seed, shape=shape)
     keys = pick_keys(keys_count)
     start = time.monotonic()
-    sweep = run("device loop", keys, device, trials, 0)
+    each = shared_trials(trials, len(keys), explore)  # the same device budget with the explored sizes
+    sweep = run("device loop", keys, device, each, 0, explore)
     learner = sweep["learner"]
     model = learner.fit_device()
     correction = model.fit.correction if model.fit else IDENTITY  # the one fitted before the residual
@@ -118,8 +120,10 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int) -> N
             for name, p in zip(names, picks, strict=True):
                 regrets[name].append(device.true_us(key.variant, n, p) / best - 1.0)
             cost.append((refit_us(key.variant, n, without, bucket), refit_us(key.variant, n, model.profile, bucket)))
-    print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys at {trials} trials, {len(chosen)} judged "
-          f"({time.monotonic() - start:.0f} s)")  # fmt: skip
+    explored = (f" + {len(sweep['explored'])} sizes between them that teach most, all at {each} trials"
+                if explore else f" at {trials} trials")  # fmt: skip
+    print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys{explored} ({sum(sweep['samples'])} launches), "
+          f"{len(chosen)} judged ({time.monotonic() - start:.0f} s)")  # fmt: skip
     for label, r in (("residual (shipped: in the correction's place)", model.profile.residual),
                      ("residual on top of the correction", on_top.residual)):  # fmt: skip
         summary = r.summary()
@@ -149,13 +153,16 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=120)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--judged", type=int, default=30)
+    ap.add_argument("--explore", type=int, default=0,
+                    help="also time this many sizes between the keys that teach most (tuner.explore), every key "
+                         "at fewer trials: the same device budget")  # fmt: skip
     a = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for spec in a.devices.split(","):
         shape, _, seed = spec.partition(":")
         if shape not in DEVICE_SHAPES or not seed.isdigit():
             ap.error(f"--devices: {spec!r} is not shape:seed with a shape of {', '.join(DEVICE_SHAPES)}")
-        judge(shape, int(seed), a.keys, a.trials, a.judged)
+        judge(shape, int(seed), a.keys, a.trials, a.judged, a.explore)
     return 0
 
 

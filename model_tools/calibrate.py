@@ -644,6 +644,12 @@ def device_residual(cases: Sequence[Measured], base: SocProfile) -> Residual:
     if not cases:
         return NO_RESIDUAL
     logs = -np.log1p(errors(cases, base))  # log(measured / predicted)
+    return fit_residual(case_levels(cases), [m.key for m in cases], logs)
+
+
+def case_levels(cases: Sequence[Measured]) -> np.ndarray:
+    """(len(cases), features) residual level of each measured configuration of bcetune's kernel (its first
+    launch's): each size's configurations in one engine call."""
     groups: dict[tuple[int, int], list[int]] = {}
     for i, m in enumerate(cases):
         groups.setdefault((id(m.launches[0].kernel), m.launches[0].n), []).append(i)
@@ -652,7 +658,7 @@ def device_residual(cases: Sequence[Measured], base: SocProfile) -> Residual:
         t0 = cases[idx[0]].launches[0]
         cols = [np.array([getattr(cases[i].launches[0].params, k) for i in idx]) for k in KNOB_NAMES]
         lv[idx] = residual_levels(t0.n, t0.elem_bytes, *cols)
-    return fit_residual(lv, [m.key for m in cases], logs)
+    return lv
 
 
 def _knobs(t: TilingData) -> tuple[int, int, int, int]:

@@ -18,6 +18,7 @@ from tiling_model import DTYPES, REDUCTIONS, SocProfile, TableError, compute_til
 from tiling_model.residual import summary_line
 from tiling_model.tables import TableEntry, TuningTable, load_table, variant_order, write_table
 from tuner.backends import BACKENDS, make_backend
+from tuner.explore import shared_trials
 from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure
 from tuner.key import StudyKey
@@ -81,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
     s.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, help="completed trials per study")
+    s.add_argument(
+        "--explore", type=_non_negative, default=0, metavar="K",
+        help="timed backends: also tune K sizes between the keys that teach the device model most (they ship as "
+        "entries too); every study then runs trials x keys / (keys + K) trials: the same device budget",
+    )  # fmt: skip
     s.add_argument(
         "--backend",
         default="model",
@@ -328,21 +334,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:
             raise ValueError("patience must be >= 0")
+        trials = shared_trials(args.trials, len(keys), args.explore)
+        explore = {"explore": args.explore} if args.explore else {}  # (studies of sweeps without it resume)
         settings = sweep_settings(
-            args.trials, args.backend, noise=args.noise, outlier_rate=args.outlier_rate, seed=args.seed,
+            trials, args.backend, noise=args.noise, outlier_rate=args.outlier_rate, seed=args.seed, **explore,
             device=args.device, warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top,
             strategy=args.strategy, patience=args.patience, learn=not args.no_learn,
         )  # fmt: skip
         outcome = SweepRun()
         table = run_sweep(
-            keys, backend, storage, args.trials, out, not args.no_progress, protocol, args.patience, records,
+            keys, backend, storage, trials, out, not args.no_progress, protocol, args.patience, records,
             learn=False if args.no_learn else None, strategy=args.strategy, settings=settings,
-            storage_text=f"--storage {args.storage}", outcome=outcome,
+            storage_text=f"--storage {args.storage}", outcome=outcome, explore=args.explore,
         )  # fmt: skip
     except (ValueError, NpuUnavailable, KernelBuildError) as e:
         return _error(e)
     except GateFailure as e:
         return _error(e, 1)
     took = time.perf_counter() - start
-    print(f"wrote {out}: {len(table.entries)} entries, {args.trials} trials each ({outcome.text()}), {took:.1f} s")
+    explored = f", {len(table.entries) - len(keys)} of them sizes between the keys (--explore)" if args.explore else ""
+    print(f"wrote {out}: {len(table.entries)} entries{explored}, {trials} trials each ({outcome.text()}), {took:.1f} s")
     return 0

@@ -23,9 +23,10 @@ from tiling_model.soc import profile_from_json
 from tiling_model.tables import TableEntry, TuningTable, write_table
 from tuner.backends import Backend, ModelBackend
 from tuner.device_time import DeviceClock, estimate
+from tuner.explore import choose
 from tuner.gate import GateFailure, check_tiling
 from tuner.key import StudyKey
-from tuner.learning import Learner, device_profile_document
+from tuner.learning import Learner, device_profile_document, measurements
 from tuner.protocol import MeasurementProtocol, measure
 from tuner.race import RacePlan
 from tuner.records import RecordLog
@@ -216,19 +217,27 @@ def run_sweep(
     settings: dict[str, object] | None = None,
     storage_text: str = "the storage",
     outcome: SweepRun | None = None,
+    explore: int = 0,
 ) -> TuningTable:
     """Tune every key and write the table. On a timed backend (``learn``, the default there) the sweep
     learns the device as it goes: after every key the device model is refitted on every measurement in
     the storage (every worker's), the next key is searched on it (the race, ``tuner.race``), and the table
-    carries the profile fitted on the whole sweep (its held-out errors give the answers' intervals)."""
+    carries the profile fitted on the whole sweep (its held-out errors give the answers' intervals).
+    ``explore``: then that many sizes between the keys that teach the device model most (``tuner.explore``),
+    tuned the same way and shipped as entries too (the caller shares the budget: ``shared_trials``)."""
     if not keys:
         raise ValueError("nothing to tune: no supported (dtype, reduction) combination selected")
+    if explore < 0:
+        raise ValueError(f"explore must be >= 0, got {explore}")
     socs = {k.soc for k in keys}
     if len(socs) != 1:
         raise ValueError(f"one SoC per sweep, got {sorted(socs)}")
     soc = load_soc(keys[0].soc)
     protocol = protocol or MeasurementProtocol()
     learn = (not backend.deterministic) if learn is None else learn
+    if explore and not learn:
+        raise ValueError("explore needs the device loop (a timed backend that learns): nothing here learns what a "
+                         "size teaches")  # fmt: skip
     store = optuna.storages.get_storage(storage) if isinstance(storage, str) else storage
     reused = resumed = 0
     if settings is not None:  # never resume studies made otherwise (a silent mix of two sweeps)
@@ -237,7 +246,8 @@ def run_sweep(
     clock = DeviceClock(backend)
     if not backend.deterministic:
         planned = estimate(keys, trials, protocol, plan)
-        tqdm.write(f"sweep {soc.name} on {backend.name}: {planned.text()} (at most)", file=sys.stderr)
+        more = f", and {explore} sizes between them (each about as much as a key)" if explore else ""
+        tqdm.write(f"sweep {soc.name} on {backend.name}: {planned.text()} (at most){more}", file=sys.stderr)
     done: dict[StudyKey, TableEntry] = {}
     failures: list[str] = []
 
@@ -264,10 +274,20 @@ def run_sweep(
     for key in busy:  # the other workers' keys: their entries, or the key itself where a worker went away
         wait_for_entry(key, backend.name, store)
         run(key)
-    entries = [done[k] for k in keys if k in done]
+    extra: list[StudyKey] = []
+    if explore and learner:  # chosen on every worker's measurements so far (workers may choose apart)
+        chosen = choose(keys, measurements(store, soc, backend.name), learner.model().profile, explore, trials)
+        extra = [c.key for c in chosen if c.key not in done]
+        for key in tqdm(extra, desc=f"explore {soc.name}", unit="study", disable=not progress):
+            try:
+                run(key)
+            except KeyBusy:
+                wait_for_entry(key, backend.name, store)
+                run(key)
+    entries = [done[k] for k in [*keys, *extra] if k in done]
     if failures:
         raise GateFailure(
-            f"{len(failures)} of {len(keys)} entries failed the CPU-twin gate; no table written "
+            f"{len(failures)} of {len(keys) + len(extra)} entries failed the CPU-twin gate; no table written "
             f"(the studies are kept: rerun to resume). First: {failures[0]}"
         )
     device = None
