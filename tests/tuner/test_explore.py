@@ -83,3 +83,19 @@ def test_choose_counts_each_choice_before_the_next() -> None:
     assert chosen[0].novelty > chosen[1].novelty >= chosen[2].novelty
     first, second = (likely_levels(c.key, SOC) for c in chosen[:2])
     assert {tuple(r) for r in second} - {tuple(r) for r in first}
+
+
+@pytest.mark.slow
+def test_the_cli_shares_the_budget_and_says_what_it_explored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.cli import main
+
+    args = ["sweep", "--soc", "Ascend910B2", "--dtypes", "float32", "--reductions", "none", "--weights", "none",
+            "--sizes", "65536,1048576", "--trials", "8", "--storage", f"sqlite:///{tmp_path / 's.db'}",
+            "--no-progress", "--out", str(tmp_path / "t.json")]  # fmt: skip
+    assert main([*args, "--backend", "synthetic", "--seed", "3", "--explore", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "3 entries, 1 of them sizes between the keys (--explore), 5 trials each" in out  # 2 x 8 ~ 3 x 5
+    assert main([*args, "--explore", "1", "--storage", f"sqlite:///{tmp_path / 'm.db'}"]) == 2  # the model backend
+    assert "explore needs the device loop" in capsys.readouterr().err
