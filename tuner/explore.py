@@ -33,12 +33,18 @@ OFFSETS = (0, 1, 24, 333)
 LIKELY = 8
 
 
+#: What a key costs on the device besides its trials, in trials' launches: its final race and the seed
+#: default's measurement (measured on the stand-in devices of benchmarks/untimed_sizes.py: 120 keys at 20
+#: trials took 21.8-22.0 K launches, 150 keys at 16 trials 23.2-24.1 K: about 53 + 6.5 per trial).
+KEY_TRIALS = 8
+
+
 def shared_trials(trials: int, grid_keys: int, extra_keys: int) -> int:
-    """Trials per study that keep the device budget of ``grid_keys`` at ``trials`` when ``extra_keys`` are
-    added (at least 1)."""
+    """Trials per study that keep the device budget (launches) of ``grid_keys`` at ``trials`` when
+    ``extra_keys`` are added, each key costing ``KEY_TRIALS`` more (at least 1)."""
     if extra_keys <= 0:
         return trials
-    return max(1, round(trials * grid_keys / (grid_keys + extra_keys)))
+    return max(1, int((trials + KEY_TRIALS) * grid_keys / (grid_keys + extra_keys)) - KEY_TRIALS)
 
 
 def candidates(keys: Sequence[StudyKey]) -> list[StudyKey]:
