@@ -15,15 +15,11 @@
 #include <vector>
 
 #include "bce_grad_tuned_tiling.h"
+#include "tuned_cases.h"
 
 namespace {
 
-struct Case {
-    const char* soc;
-    bce_grad::Variant v;
-    int64_t n;
-    bce_grad::Platform p;
-};
+using bench::Case;
 
 volatile int64_t g_sink = 0;  // keeps the calls from being optimised away
 
@@ -55,31 +51,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: tuned_tiling_bench [cases >= 1] [repeats >= 1]\n");
         return 2;
     }
-    std::mt19937_64 rng(20261130);
-    const size_t nRanges = std::size(bce_grad::tuned::kVariants);
-    std::vector<Case> all;
-    for (int i = 0; i < cases; ++i) {
-        const bce_grad::tuned::VariantRange* pick = &bce_grad::tuned::kVariants[rng() % nRanges];
-        while (pick->seeded) pick = &bce_grad::tuned::kVariants[rng() % nRanges];  // the tuned variants
-        const bce_grad::tuned::VariantRange& r = *pick;
-        const bce_grad::cost::SocModel& s = bce_grad::tuned::kSocs[r.soc];
-        Case c;
-        c.soc = s.name;
-        c.v.dtype = static_cast<bce_grad::Dtype>(r.dtype);
-        c.v.reduction = static_cast<bce_grad::Reduction>(r.reduction);
-        c.v.weight = static_cast<bce_grad::Form>(r.weight);
-        c.v.posWeight = static_cast<bce_grad::PosWeight>(r.posWeight);
-        c.v.wrt = static_cast<bce_grad::Wrt>(r.wrt);
-        if (rng() % 4 == 0) {
-            c.n = bce_grad::tuned::kEntries[r.first + static_cast<int64_t>(rng() % static_cast<uint64_t>(r.count))].size;
-        } else {
-            const double top = static_cast<double>(bce_grad::tuned::kEntries[r.first + r.count - 1].size) * 4.0;
-            c.n = std::max<int64_t>(1, static_cast<int64_t>(std::exp(std::uniform_real_distribution<double>(0.0, std::log(top))(rng))));
-        }
-        c.v.classes = c.v.posWeight == bce_grad::PosWeight::LastDim ? c.n : 0;
-        c.p = bce_grad::Platform{s.ubBytes, s.ubReserveBytes, s.aivCores};  // what the SoC's TilingFunc computes
-        all.push_back(c);
-    }
+    const std::vector<Case> all = bench::TunedCases(cases);
     std::vector<double> tunedFirst, refitFirst, repeated;
     bce_grad::TilingResult out;
     const char* err = nullptr;
