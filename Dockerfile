@@ -12,14 +12,15 @@ RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++ python3-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md CMakeLists.txt LICENSE ./
+COPY pyproject.toml constraints.txt README.md CMakeLists.txt LICENSE ./
 COPY tiling_model tiling_model
 COPY model_tools model_tools
 COPY kernel kernel
 COPY tuner tuner
 COPY service service
 ARG EXTRAS=""
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".${EXTRAS}"
+# the versions CI tested (constraints.txt)
+RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt ".${EXTRAS}"
 
 FROM ${PYTHON_IMAGE}
 RUN useradd --create-home --uid 10001 bcetune

@@ -14,12 +14,12 @@ SHELL := bash
 ENGINE_SOURCES := CMakeLists.txt tiling_model/_engine.cpp $(wildcard tiling_model/include/*.h)
 
 # everything: serving, tuning, the CPU twin, plots and the test tools
-$(STAMP): pyproject.toml $(ENGINE_SOURCES)
+$(STAMP): pyproject.toml constraints.txt $(ENGINE_SOURCES)
 	@echo "==> make test: installing everything into $(VENV) (torch, optuna, the test tools; the torch-npu wheel unpacked beside it: about"
 	@echo "    1.9 GB; a few minutes the first time, seconds after; pip names each package)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	set -o pipefail; $(PY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test]' \
+	set -o pipefail; $(PY) -m pip install --disable-pip-version-check --progress-bar off -c constraints.txt -e '.[test]' \
 		| { grep --line-buffered -E '^(Collecting|Building|Successfully|ERROR)' || true; }
 	touch $(STAMP) $(RUN_STAMP)
 
@@ -38,11 +38,11 @@ $(NPU_SITE): | $(STAMP)
 	fi
 
 # serving only (what the Docker image holds too)
-$(RUN_STAMP): pyproject.toml $(ENGINE_SOURCES)
+$(RUN_STAMP): pyproject.toml constraints.txt $(ENGINE_SOURCES)
 	@echo "==> make run: installing what serving needs into $(VENV) (about 30 s the first time: the packages and the engine's C++ build)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
 	touch $(RUN_STAMP)
 
 # everything a user runs without the test suite: the tuner, calibration, the CPU twin, bcetune.torch
