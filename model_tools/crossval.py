@@ -12,6 +12,7 @@ tiling_model calibrate --write`` puts into the profiles, and its held-out errors
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -163,6 +164,17 @@ class Calibration:
             out |= {"loo_median": loo["median"], "loo_p90": loo["p90"]}
             out["intervals"] = intervals(self.cases, self.held_out)
         return out
+
+    def profile_texts(self, data: list[str]) -> dict[str, str]:
+        """Every known SoC's profile file as `calibrate --write` writes it (this SoC's fitted values, the others'
+        derived), by SoC name: what tiling_model/socs must hold, byte for byte."""
+        from tiling_model.soc import known_socs, load_soc
+
+        summary = self.summary(data)
+        return {
+            name: json.dumps(profile_document(load_soc(name), self.measured, self.fitted, summary), indent=2) + "\n"
+            for name in known_socs()
+        }
 
 
 def calibrate_all(directory: Path, soc: SocProfile, loo: bool = True) -> Calibration:

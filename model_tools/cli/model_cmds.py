@@ -334,11 +334,10 @@ def _calibrate_shipped(a: argparse.Namespace) -> int:
             raise BadRequest("--write records the cross-validation error in the profiles: drop --no-loo")
         from tiling_model.soc import profile_dir
 
-        docs = {name: cv.profile_document(load_soc(name), cal.measured, cal.fitted, summary) for name in known_socs()}
-        for name, doc in docs.items():
+        for name, text in cal.profile_texts(files).items():
             path = Path(str(profile_dir())) / f"{name}.json"
             with _writing(path):
-                path.write_text(json.dumps(doc, indent=2) + "\n")
+                path.write_text(text)
             print(f"wrote {path}")
     return 0
 
