@@ -160,25 +160,33 @@ def test_what_expensive_requests_do_on_the_loop_is_charged_from_admission(tmp_pa
 
 
 def test_a_jobs_cpu_time_in_its_worker_is_charged_to_the_share_while_others_are_in_flight() -> None:
-    """0.1 s of a worker's CPU at a fifth of a core: answered after ~0.4 s more while other requests are in
-    flight (a worker's core is the machine's too), at once when none are."""
+    """0.1 s of a worker's CPU at a fifth of a core: its charge waits ~0.4 s more while other requests are
+    in flight (a worker's core is the machine's too), none when none are. The charge is what is timed, not
+    the job: a nice-19 worker's 0.1 s of CPU took 0.62 s of wall time on a loaded CI machine."""
     s = Scheduler(workers=1, heavy_share=0.2)
+    charges: list[tuple[float, float]] = []  # (seconds charged, seconds the charge waited)
+    charge = s.charge
 
-    async def timed() -> float:
+    async def timed_charge(seconds: float) -> None:
         start = time.monotonic()
-        assert await s.run("a", present, burning, 0.1) == "burnt"
-        return time.monotonic() - start
+        await charge(seconds)
+        charges.append((seconds, time.monotonic() - start))
 
+    s.charge = timed_charge  # type: ignore[method-assign]
     try:
         asyncio.run(s.run("a", present, burning, 0.0))  # the worker started
-        alone = asyncio.run(timed())
+        charges.clear()
+        assert asyncio.run(s.run("a", present, burning, 0.1)) == "burnt"
         s.cheap_started()
-        shared = asyncio.run(timed())
+        assert asyncio.run(s.run("a", present, burning, 0.1)) == "burnt"
         s.cheap_finished()
     finally:
         s.shutdown()
-    assert alone < 0.35, alone
-    assert shared > alone + 0.25, (alone, shared)
+    (alone_cpu, alone_wait), (shared_cpu, shared_wait) = charges
+    assert 0.1 <= alone_cpu < 0.2 and 0.1 <= shared_cpu < 0.2, charges  # the worker's CPU time, charged
+    assert alone_wait < 0.05, charges  # alone: no waiting
+    # at a fifth of a core, 0.1 s of CPU is 0.4 s of waiting (less the 2 ms burst), whatever the wall time
+    assert shared_wait > 0.3, charges
 
 
 def test_a_stop_does_not_wait_for_a_running_job_past_its_grace() -> None:
