@@ -31,6 +31,7 @@ from tuner.sweep import (
     DEFAULT_SIZES,
     DEFAULT_TRIALS,
     TABLES_DIR,
+    GatePasses,
     SweepRun,
     merge,
     rebaseline,
@@ -60,6 +61,14 @@ def _weights(text: str) -> list[str]:
 
 def _non_negative(text: str) -> int:
     return 0 if text.strip() == "0" else positive_int(text)
+
+
+def _existing_table(path: Path) -> TuningTable | None:
+    """The table a sweep will replace, if one is there and loads (its gate passes may be reused)."""
+    try:
+        return load_table(path) if path.is_file() else None
+    except TableError:
+        return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--out", type=Path, help="table path (default: ./tables/<SOC>.json; `make sweep` writes the shipped ones)"
     )
+    s.add_argument(
+        "--gate-all", action="store_true",
+        help="gate every entry in the CPU twin, also tilings the table at --out passed against the same kernel "
+        "(by default those are not run again: the table's kernel hash certifies them)",
+    )  # fmt: skip
     s.add_argument("--no-progress", action="store_true")
     r = sub.add_parser("report", help="tuned vs seed-default time of every entry of a table")
     r.add_argument("--soc", required=True, choices=known_socs())
@@ -342,10 +356,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             strategy=args.strategy, patience=args.patience, learn=not args.no_learn,
         )  # fmt: skip
         outcome = SweepRun()
+        gated = None if args.gate_all else GatePasses.of(_existing_table(out))
         table = run_sweep(
             keys, backend, storage, trials, out, not args.no_progress, protocol, args.patience, records,
             learn=False if args.no_learn else None, strategy=args.strategy, settings=settings,
-            storage_text=f"--storage {args.storage}", outcome=outcome, explore=args.explore,
+            storage_text=f"--storage {args.storage}", outcome=outcome, explore=args.explore, gated=gated,
         )  # fmt: skip
     except (ValueError, NpuUnavailable, KernelBuildError) as e:
         return _error(e)

@@ -93,6 +93,32 @@ def gate_entry(soc: str, e: TableEntry) -> None:
     check_tiling(soc, e.size, e.variant, e.tiling_params(), seed=StudyKey(soc, e.variant, e.size).seed())
 
 
+@dataclass(frozen=True)
+class GatePasses:
+    """Tilings that passed the gate against the current kernel sources: a table's entries, where the table
+    carries the current kernel hash (a table takes that hash only when every entry passed: the sweep writes
+    none otherwise, and ``regate`` stamps it only then). The gate is a function of the kernel sources, the
+    SoC, the variant, the size and the tiling (its inputs are seeded by the key), so an identical tiling need
+    not run again: a re-sweep after a profile change gates only what moved. On the 1-core Ascend310B1 every
+    1 Gi entry runs whole in the twin (about a minute each), and a profile change leaves those knobs as
+    they were."""
+
+    soc: str
+    kernel_hash: str
+    tilings: frozenset[tuple[Variant, int, tuple[tuple[str, int], ...]]]
+
+    @classmethod
+    def of(cls, table: TuningTable | None) -> GatePasses | None:
+        """The passes a table certifies, or None where it certifies none (no table, another kernel)."""
+        if table is None or table.kernel_hash != kernel_source_hash():
+            return None
+        tilings = frozenset((e.variant, e.size, tuple(sorted(e.params.items()))) for e in table.entries)
+        return cls(table.soc, table.kernel_hash, tilings)
+
+    def covers(self, soc: str, e: TableEntry) -> bool:
+        return soc == self.soc and (e.variant, e.size, tuple(sorted(e.params.items()))) in self.tilings
+
+
 def regate(table: TuningTable, progress: bool = True) -> TuningTable:
     """The table re-checked against the current kernel sources: every entry runs through the gate
     again (the knobs are not re-tuned), and only if all pass does the table take the current kernel
@@ -195,10 +221,15 @@ class SweepRun:
     entries: int = 0
     reused: int = 0
     resumed: int = 0
+    gates_run: int = 0
+    gates_known: int = 0  # tilings the table at --out had passed against the same kernel (GatePasses)
 
     def text(self) -> str:
         new = max(self.entries - self.reused - self.resumed, 0)
-        return f"{self.reused} finished studies reused from the storage, {self.resumed} resumed, {new} run new"
+        return (
+            f"{self.reused} finished studies reused from the storage, {self.resumed} resumed, {new} run new; "
+            f"{self.gates_run} tilings gated in the CPU twin, {self.gates_known} passed it before (same kernel)"
+        )
 
 
 def run_sweep(
@@ -218,13 +249,15 @@ def run_sweep(
     storage_text: str = "the storage",
     outcome: SweepRun | None = None,
     explore: int = 0,
+    gated: GatePasses | None = None,
 ) -> TuningTable:
     """Tune every key and write the table. On a timed backend (``learn``, the default there) the sweep
     learns the device as it goes: after every key the device model is refitted on every measurement in
     the storage (every worker's), the next key is searched on it (the race, ``tuner.race``), and the table
     carries the profile fitted on the whole sweep (its held-out errors give the answers' intervals).
     ``explore``: then that many sizes between the keys that teach the device model most (``tuner.explore``),
-    tuned the same way and shipped as entries too (the caller shares the budget: ``shared_trials``)."""
+    tuned the same way and shipped as entries too (the caller shares the budget: ``shared_trials``).
+    ``gated``: tilings known to pass the gate against the current kernel (``GatePasses``): not run again."""
     if not keys:
         raise ValueError("nothing to tune: no supported (dtype, reduction) combination selected")
     if explore < 0:
@@ -250,17 +283,22 @@ def run_sweep(
         tqdm.write(f"sweep {soc.name} on {backend.name}: {planned.text()} (at most){more}", file=sys.stderr)
     done: dict[StudyKey, TableEntry] = {}
     failures: list[str] = []
+    gates = SweepRun() if outcome is None else outcome
 
     def run(key: StudyKey) -> None:
         model = learner.model() if learner else None
         entry = tune(key, clock, store, trials, protocol, patience, records, model, strategy, plan, settings)
         if learner:
             learner.study_done()
-        try:  # no entry ships before the real kernel source ran it correctly in the CPU twin
-            gate_entry(key.soc, entry)
-        except GateFailure as e:
-            failures.append(str(e))
-            return
+        if gated is not None and gated.covers(key.soc, entry):
+            gates.gates_known += 1
+        else:
+            gates.gates_run += 1
+            try:  # no entry ships before the real kernel source ran it correctly in the CPU twin
+                gate_entry(key.soc, entry)
+            except GateFailure as e:
+                failures.append(str(e))
+                return
         done[key] = entry
 
     busy: list[StudyKey] = []

@@ -233,3 +233,29 @@ def test_regate_with_a_wrong_kernel_leaves_the_table_as_it_was(tmp_path: Path) -
     assert path.read_bytes() == before
     r = tuner("regate", "--soc", "Ascend910B1", "--table", str(path), "--no-progress")
     assert r.returncode == 2 and r.stderr.strip().endswith("holds SoC 'Ascend910B2', not 'Ascend910B1'")
+
+
+def test_a_resweep_gates_only_tilings_the_table_it_replaces_has_not_passed_against_this_kernel(tmp_path: Path) -> None:
+    """The gate is a function of the kernel sources, the SoC, the variant, the size and the tiling: a re-sweep
+    into a table carrying the current kernel hash runs only the tilings that moved. A table of another kernel,
+    or --gate-all, certifies nothing."""
+    out = tmp_path / "t.json"
+
+    def sweep(*extra: str) -> str:
+        r = tuner("sweep", "--soc", "Ascend910B2", "--dtypes", "float32,int16", "--reductions", "none",
+                  "--weights", "full", "--sizes", "1000,70000", "--trials", "3", "--storage",
+                  f"sqlite:///{tmp_path / 's.db'}", "--out", str(out), "--no-progress", *extra)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert "4 tilings gated in the CPU twin, 0 passed it before" in sweep()
+    assert "0 tilings gated in the CPU twin, 4 passed it before" in sweep()
+    doc = json.loads(out.read_text())
+    moved = next(e for e in doc["entries"] if e["params"]["core_num"] > 1)
+    moved["params"] = {**moved["params"], "core_num": moved["params"]["core_num"] - 1}  # not the tiling it tunes
+    out.write_text(json.dumps(doc))
+    assert "1 tilings gated in the CPU twin, 3 passed it before" in sweep()
+    assert "4 tilings gated in the CPU twin, 0 passed it before" in sweep("--gate-all")
+    doc = json.loads(out.read_text())
+    out.write_text(json.dumps({**doc, "kernel_hash": "0123456789abcdef"}))
+    assert "4 tilings gated in the CPU twin, 0 passed it before" in sweep()
