@@ -73,11 +73,17 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 
 # Re-tune every shipped table with the cost-model backend, then re-export the C++ header (docs/manual.md, "Tune").
-sweep: $(STAMP)
-	for soc in Ascend910B1 Ascend910B2 Ascend910B3 Ascend910B4 Ascend310B1; do \
-		$(PY) -m tuner sweep --soc $$soc --trials 12 --pos-weights none,full,last_dim --wrts logit,probability \
-			--modes grad,fused --storage sqlite:///bcetune-sweep.db --out service/tables/$$soc.json || exit 1; done
+# One target per SoC, each with its own SQLite storage (bcetune-sweep-<SOC>.db: resumed by a rerun), so
+# `make -j2 sweep` tunes two SoCs at a time; only tilings that moved are gated again (tuner sweep --gate-all).
+SOCS := Ascend910B1 Ascend910B2 Ascend910B3 Ascend910B4 Ascend310B1
+SWEEP_SOCS := $(addprefix sweep-,$(SOCS))
+.PHONY: $(SWEEP_SOCS)
+sweep: $(SWEEP_SOCS)
 	$(PY) -m tuner export-header
+
+$(SWEEP_SOCS): sweep-%: $(STAMP)
+	$(PY) -m tuner sweep --soc $* --trials 12 --pos-weights none,full,last_dim --wrts logit,probability \
+		--modes grad,fused --storage sqlite:///bcetune-sweep-$*.db --out service/tables/$*.json
 
 # Re-check the shipped tables against the current kernel sources in the CPU twin (no re-tuning), then
 # re-export the header: after a kernel change that leaves the cost model alone.
