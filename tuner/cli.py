@@ -317,10 +317,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             path, table = _table_of(args.soc, args.table)
             newer = load_table(args.newer)
-            write_table(merge(table, newer), path)
+            merged = merge(table, newer)
+            write_table(merged, path)
         except TableError as e:
             return _error(e)
-        print(f"merged {args.newer} into {path}: {len(newer.entries)} entries replaced or added")
+        stale = "" if merged.kernel_hash == newer.kernel_hash else (
+            f"; the base was gated against kernel {table.kernel_hash}, not {newer.kernel_hash}: the table keeps that "
+            f"hash until `python -m tuner regate --soc {args.soc} --table {path}` checks every entry"
+        )  # fmt: skip
+        print(f"merged {args.newer} into {path}: {len(newer.entries)} entries replaced or added{stale}")
         return 0
     if args.command == "regate":
         try:

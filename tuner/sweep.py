@@ -141,8 +141,10 @@ def regate(table: TuningTable, progress: bool = True) -> TuningTable:
 def merge(base: TuningTable, newer: TuningTable) -> TuningTable:
     """``base`` with ``newer``'s entries in place of its own for the same (variant, size) and added where
     it has none: for re-sweeping part of a table (e.g. the variants a cost-model change touched). Both
-    must be of one SoC, backend and SoC profile; the merged table takes ``newer``'s kernel hash and
-    creation time (``regate`` then checks every entry against the current kernel sources)."""
+    must be of one SoC, backend and SoC profile; the merged table takes ``newer``'s creation time, and its
+    kernel hash only where the base has the same: a table's kernel hash says every entry passed the gate
+    against those sources (``GatePasses`` and the service trust it), so entries gated against other sources
+    keep the base's hash, stale until ``regate`` checks every entry against the current kernel sources."""
     for what in ("soc", "backend", "soc_profile_hash"):
         if getattr(base, what) != getattr(newer, what):
             raise TableError(f"cannot merge: {what} {getattr(newer, what)!r} is not the base's {getattr(base, what)!r}")
@@ -151,7 +153,7 @@ def merge(base: TuningTable, newer: TuningTable) -> TuningTable:
     return replace(
         base,
         entries=kept + newer.entries,
-        kernel_hash=newer.kernel_hash,
+        kernel_hash=newer.kernel_hash if base.kernel_hash == newer.kernel_hash else base.kernel_hash,
         created=newer.created,
         trials_per_study=max(base.trials_per_study, newer.trials_per_study),
     )

@@ -259,3 +259,24 @@ def test_a_resweep_gates_only_tilings_the_table_it_replaces_has_not_passed_again
     doc = json.loads(out.read_text())
     out.write_text(json.dumps({**doc, "kernel_hash": "0123456789abcdef"}))
     assert "4 tilings gated in the CPU twin, 0 passed it before" in sweep()
+
+
+def test_a_merge_into_a_table_gated_against_other_sources_keeps_its_stale_kernel_hash(tmp_path: Path) -> None:
+    """A table's kernel hash says every entry passed the gate against those sources (what a re-sweep's gate reuse
+    and the service trust): a partial sweep merged into a table of another kernel leaves it stale until regated;
+    into a table of the same kernel, it stays current."""
+    from kernel.sources import kernel_source_hash
+
+    current = kernel_source_hash()
+    base, newer = tmp_path / "Ascend910B2.json", tmp_path / "newer.json"
+    small_table(base, "0123456789abcdef")
+    doc = small_table(newer, current)
+    newer.write_text(json.dumps({**doc, "entries": doc["entries"][:1]}))
+    r = tuner("merge", "--soc", "Ascend910B2", "--table", str(base), "--from", str(newer))
+    assert r.returncode == 0, r.stderr
+    assert "keeps that hash until `python -m tuner regate" in r.stdout
+    assert json.loads(base.read_text())["kernel_hash"] == "0123456789abcdef"
+    small_table(base, current)
+    r = tuner("merge", "--soc", "Ascend910B2", "--table", str(base), "--from", str(newer))
+    assert r.returncode == 0 and "regate" not in r.stdout, r.stdout
+    assert json.loads(base.read_text())["kernel_hash"] == current
