@@ -101,7 +101,8 @@ class GatePasses:
     SoC, the variant, the size and the tiling (its inputs are seeded by the key), so an identical tiling need
     not run again: a re-sweep after a profile change gates only what moved. On the 1-core Ascend310B1 every
     1 Gi entry runs whole in the twin (about a minute each), and a profile change leaves those knobs as
-    they were."""
+    they were. The checker itself (``tuner/gate.py``, ``kernel/reference.py``) is not in the kernel hash, as
+    for ``regate``: after changing it, sweep with ``--gate-all``."""
 
     soc: str
     kernel_hash: str
