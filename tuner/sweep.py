@@ -105,19 +105,22 @@ class GatePasses:
     for ``regate``: after changing it, sweep with ``--gate-all``."""
 
     soc: str
-    kernel_hash: str
     tilings: frozenset[tuple[Variant, int, tuple[tuple[str, int], ...]]]
+
+    @staticmethod
+    def _tiling(e: TableEntry) -> tuple[Variant, int, tuple[tuple[str, int], ...]]:
+        """What the gate's outcome depends on besides the kernel and the SoC."""
+        return e.variant, e.size, tuple(sorted(e.params.items()))
 
     @classmethod
     def of(cls, table: TuningTable | None) -> GatePasses | None:
         """The passes a table certifies, or None where it certifies none (no table, another kernel)."""
         if table is None or table.kernel_hash != kernel_source_hash():
             return None
-        tilings = frozenset((e.variant, e.size, tuple(sorted(e.params.items()))) for e in table.entries)
-        return cls(table.soc, table.kernel_hash, tilings)
+        return cls(table.soc, frozenset(cls._tiling(e) for e in table.entries))
 
     def covers(self, soc: str, e: TableEntry) -> bool:
-        return soc == self.soc and (e.variant, e.size, tuple(sorted(e.params.items()))) in self.tilings
+        return soc == self.soc and self._tiling(e) in self.tilings
 
 
 def regate(table: TuningTable, progress: bool = True) -> TuningTable:
