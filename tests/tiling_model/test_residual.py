@@ -48,9 +48,9 @@ def test_levels_by_hand() -> None:
     assert got["tile_size"] == 13  # 2 ** 13 <= 8704 < 2 ** 14
     slowest = int(np.argmax(np.where(k.cores[0] > 0, k.tiles[0], -1)))
     tiles, tail_bytes = int(k.tiles[0, slowest]), int(k.tail[0, slowest]) * 4
-    expect_tail = max([i for i, g in enumerate((1, 32, 512, 2048, 8192)) if tail_bytes % g == 0])
+    expect_tail = max([i for i, g in enumerate((1, 32, 512, 1024, 2048, 4096, 8192)) if tail_bytes % g == 0])
     assert got["tail_align"] == expect_tail
-    assert 1 <= tiles <= 16  # each count to 16 its own level
+    assert 1 <= tiles <= 32  # each count to 32 its own level
     assert got["tiles_x_buffers"] == (tiles - 1) * 5 + 2
 
 
@@ -155,12 +155,12 @@ def _spec_levels(
     tiles = np.maximum(k.tiles[rows, slowest], 0)
     tile_align = align(tile, (1024, 2048, 4096, 8192))
     size = np.clip(np.floor(np.log2(np.maximum(tile, 1))).astype(np.int64), 0, 18)
-    tiles_bin = np.searchsorted(np.array((*range(1, 17), 24, 32, 48, 64)), tiles, side="left")
-    tail_align = align(k.tail[rows, slowest] * elem, (32, 512, 2048, 8192))
+    tiles_bin = np.searchsorted(np.array((*range(1, 33), 40, 48, 64, 96, 128)), tiles, side="left")
+    tail_align = align(k.tail[rows, slowest] * elem, (32, 512, 1024, 2048, 4096, 8192))
     aligned = np.all(k.aligned | (k.cores == 0), axis=1)
     cols = (bnc, np.clip(np.floor(np.log2(np.maximum(block, 1))).astype(np.int64), 0, 15), np.clip(used, 0, 64),
             (used % 2) * 5 + bnc, tile_align, tile_align * 5 + bnc, ((tile % 8192) // 512) * 5 + bnc, size,
-            size * 5 + bnc, tail_align, tail_align * 21 + tiles_bin, tiles_bin * 5 + bnc,
+            size * 5 + bnc, tail_align, tail_align * 38 + tiles_bin, tiles_bin * 5 + bnc,
             aligned.astype(np.int64) * 5 + bnc,
             (k.cores[:, 1] > 0).astype(np.int64) * 2 + (k.cores[:, 2] > 0).astype(np.int64))  # fmt: skip
     return np.stack(cols, axis=1)

@@ -19,9 +19,13 @@ namespace residual {
 constexpr int kBuffers = 5;          // BUFFER_NUM 0 .. 4
 constexpr int kTileSizeClasses = 19;  // log2 of the tile's bytes, to 256 KiB
 constexpr int kPageSteps = 16;        // a copy's bytes within an 8 KiB page, in 512-B steps
-constexpr int kTilesBins = 20;        // tiles per core: each count to 16, then to 24, 32, 48, 64
+constexpr int kTilesEach = 32;        // tiles per core: each count to 32 its own bin,
+constexpr int kTilesBins = kTilesEach + 5;  // then to 40, 48, 64, 96, 128
 constexpr int kTilesLevels = kTilesBins + 1;
-constexpr int64_t kTilesBinTop[kTilesBins] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 24, 32, 48, 64};
+constexpr int64_t kTilesBinTop[kTilesBins - kTilesEach] = {40, 48, 64, 96, 128};
+constexpr int kTailGrainCount = 6;  // the last copy's bytes against 32 B and every power of two 512 B .. 8 KiB
+constexpr int64_t kTailGrains[kTailGrainCount] = {32, 512, 1024, 2048, 4096, 8192};
+constexpr int kTailLevels = kTailGrainCount + 1;
 
 enum Feature : int {
     kBufferNum,
@@ -44,7 +48,7 @@ enum Feature : int {
 /** Levels of each feature, in Feature order (the factor tables' sizes). */
 constexpr int kLevels[kFeatures] = {
     kBuffers,      16, 65, 2 * kBuffers, 5, 5 * kBuffers, kPageSteps * kBuffers, kTileSizeClasses,
-    kTileSizeClasses * kBuffers, 5, 5 * kTilesLevels, kTilesLevels * kBuffers, 2 * kBuffers, 4};
+    kTileSizeClasses * kBuffers, kTailLevels, kTailLevels * kTilesLevels, kTilesLevels * kBuffers, 2 * kBuffers, 4};
 
 /** Where each feature's factors start in a SoC's table. */
 constexpr int OffsetOf(int feature) {
@@ -80,11 +84,11 @@ inline int64_t AlignLevel(int64_t bytes, const int64_t* grains, int count) {
     return level;
 }
 
-/** The tiles-per-core bin: each count to 16 its own, then 17-24, 25-32, 33-48, 49-64, more. */
+/** The tiles-per-core bin: each count to kTilesEach its own, then 33-40, 41-48, 49-64, 65-96, 97-128, more. */
 inline int64_t TilesBin(int64_t tiles) {
-    if (tiles <= 16) return tiles < 1 ? 0 : tiles - 1;  // kTilesBinTop's first 16 are 1..16
-    for (int i = 16; i < kTilesBins; ++i) {
-        if (tiles <= kTilesBinTop[i]) return i;
+    if (tiles <= kTilesEach) return tiles < 1 ? 0 : tiles - 1;
+    for (int i = 0; i < kTilesBins - kTilesEach; ++i) {
+        if (tiles <= kTilesBinTop[i]) return kTilesEach + i;
     }
     return kTilesBins;
 }
@@ -109,7 +113,6 @@ constexpr bool SetByTile(int feature) {
  *  element). */
 template <class CoreKinds>
 inline void LevelsOf(const CoreKinds& k, int64_t elem, int64_t block, int64_t bn, int64_t tile, int64_t* out) {
-    static const int64_t kTailGrains[4] = {32, 512, 2048, 8192};
     const int64_t b = Clamp(bn, 0, kBuffers - 1);
     int slowest = 0;  // the kind with most tiles among those with cores (the first on a tie)
     int64_t most = -1;
@@ -127,7 +130,7 @@ inline void LevelsOf(const CoreKinds& k, int64_t elem, int64_t block, int64_t bn
     const int64_t tileAlign = TileAlignLevel(tile);
     const int64_t size = TileSizeLevel(tile);
     const int64_t tilesBin = TilesBin(tiles);
-    const int64_t tailAlign = AlignLevel(tailBytes, kTailGrains, 4);
+    const int64_t tailAlign = AlignLevel(tailBytes, kTailGrains, kTailGrainCount);
     out[kBufferNum] = b;
     out[kBlockClass] = Clamp(Log2Floor(block), 0, 15);
     out[kCores] = Clamp(k.cores, 0, 64);
@@ -200,7 +203,7 @@ public:
         for (int64_t l = 0; l < kTileSizeClasses; ++l) size_[l] = At(kTileSize, l) * At(kTileSizeXBuffers, l * kBuffers + b);
         for (int64_t t = 0; t < kTilesLevels; ++t) {
             double tail = INFINITY;
-            for (int64_t a = 0; a < 5; ++a) tail = std::min(tail, At(kTailAlign, a) * At(kTailAlignXTiles, a * kTilesLevels + t));
+            for (int64_t a = 0; a < kTailLevels; ++a) tail = std::min(tail, At(kTailAlign, a) * At(kTailAlignXTiles, a * kTilesLevels + t));
             tiles_[t] = tail * At(kTilesXBuffers, t * kBuffers + b);
         }
         for (int64_t lo = 0; lo < kTilesLevels; ++lo) {  // the least over each run of bins (a search asks per range)
