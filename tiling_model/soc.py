@@ -6,6 +6,7 @@ user can audit or refit them without touching code.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -121,8 +122,10 @@ def profile_from_json(doc: dict[str, Any]) -> SocProfile:
 
 
 def profile_to_json(profile: SocProfile) -> dict[str, Any]:
-    """The profile as its JSON file holds it (without the derived hash)."""
-    d = {f: getattr(profile, f) for f in SocProfile.__dataclass_fields__ if f != "profile_hash"}
+    """The profile as its JSON file holds it (without the derived hash): a document of its own (its dicts
+    copied), so a caller that edits it (a device table's sources) leaves the profile, and the cached shipped
+    one it came from, as they were."""
+    d = {f: copy.deepcopy(getattr(profile, f)) for f in SocProfile.__dataclass_fields__ if f != "profile_hash"}
     d["mte2_curve_kib_us"] = [list(p) for p in profile.mte2_curve_kib_us]
     d["mte3_curve_kib_us"] = [list(p) for p in profile.mte3_curve_kib_us]
     if d["calibration"] is None:

@@ -4,6 +4,7 @@ knob effects and fits nothing to noise."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -74,3 +75,15 @@ def test_a_knob_effect_under_noise_is_found() -> None:
     c = fit_correction(configs, [effect[bn] + rng.normal(0.0, 0.01) for _, bn, _, _ in configs], keys)
     b = [math.log(c.buffer[i]) for i in range(1, 5)]
     assert b[0] - b[1] == pytest.approx(0.10, abs=0.02) and b[3] - b[1] == pytest.approx(-0.04, abs=0.02)
+
+
+def test_a_profile_document_is_its_own_copy() -> None:
+    """A device table writes its fit into the document's sources: the cached shipped profile it came from
+    must not change with it (it did: a later `calibrate --write` in the same process wrote the device's
+    sources into the shipped profile)."""
+    shipped = load_soc("Ascend910B2")
+    before = json.dumps(profile_to_json(shipped), sort_keys=True)
+    doc = profile_to_json(shipped)
+    doc["sources"]["hbm_gbps"] = "fitted on a device"
+    doc["calibration"]["intervals"]["all"][0] = 0.0
+    assert json.dumps(profile_to_json(load_soc("Ascend910B2")), sort_keys=True) == before
