@@ -10,7 +10,8 @@ measured), each class with the keys it rests on. A prediction p then carries [p 
 Where the class has too few held-out cases the band falls back to one that has seen such cases and is
 never narrower: the profile's overall band; for a device fit, the union with the shipped profile's band of
 the class (other operators, other errors), widened by the device fit's in-sample errors where the fit
-had too few keys for folds at all. The basis names which band it is and why.
+had too few keys for folds at all. A variant the sweep never measured takes at least the measured
+variants' band of its class. The basis names which band it is and why.
 """
 
 from __future__ import annotations
@@ -88,7 +89,21 @@ def _shipped(soc: SocProfile, cls: str) -> tuple[Band, str]:
 
 
 def _device_band(t: TilingData, soc: SocProfile, cal: dict[str, Any], cls: str) -> tuple[Band, str]:
+    """The device fit's band for the call: a measured variant's (held out by key), or an unmeasured one's
+    (held out by variant) joined with the measured variants' band of the class: a variant the sweep never
+    measured is at a size it never timed too, so its band is never narrower than theirs."""
     measured = t.variant.label() in cal.get("measured_variants", ())
+    band, basis = _device_class_band(soc, cal, cls, measured)
+    if measured:
+        return band, basis
+    theirs, _ = _device_class_band(soc, cal, cls, True)
+    joined = _union(band, theirs)
+    if joined != band:
+        basis += ", joined with the measured variants' band of the class (never narrower than theirs)"
+    return joined, basis
+
+
+def _device_class_band(soc: SocProfile, cal: dict[str, Any], cls: str, measured: bool) -> tuple[Band, str]:
     which = "intervals" if measured else "intervals_unmeasured"
     what = "a variant the sweep measured" if measured else "a variant the sweep did not measure"
     got = cal.get(which)
