@@ -77,10 +77,12 @@ def check(
 
 def bases(rows: list[tuple[bool, str]]) -> str:
     """How many answers took each kind of band."""
-    kinds = Counter(
-        "overall+shipped" if "joined" in b else "shipped+in-sample" if "in-sample" in b else "own class"
-        for _, b in rows
-    )
+
+    def kind(b: str) -> str:
+        base = "shipped+in-sample" if "in-sample" in b else "overall+shipped" if "too few" in b else "own class"
+        return base + (" (+measured variants')" if "never narrower than theirs" in b else "")
+
+    kinds = Counter(kind(b) for _, b in rows)
     return ", ".join(f"{k} {v}" for k, v in kinds.most_common())
 
 
