@@ -128,8 +128,9 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, expl
                      ("residual on top of the correction", on_top.residual)):  # fmt: skip
         summary = r.summary()
         moved = sum(len(v) for v in summary["factors"].values())  # type: ignore[attr-defined]
-        print(f"  {label}: penalty {summary['penalty']}, held-out within-key log rms {summary['held_out_rms']} "
-              f"(none: {summary['held_out_rms_none']}), {moved} levels moved")  # fmt: skip
+        print(f"  {label}: penalty {summary['penalty']} (x{summary['interaction_weight']} on interactions), "
+              f"held-out within-key log rms {summary['held_out_rms']} (none: {summary['held_out_rms_none']}), "
+              f"{moved} levels moved")  # fmt: skip
     print(f"  {'true regret':<52}{'median':>8}{'p90':>8}{'worst':>8}{'<=1%':>7}{'<=2%':>7}")
     print(_row("timed keys: the sweep's entries", timed))
     for name in names:

@@ -8,8 +8,8 @@ the cores' boundaries fall on 512 B, how many tiles a core runs against its buff
 count. Each of those is a class of the realised tiling (``FEATURES``, each a small table of levels); the
 residual is one log factor per level, fitted by ridge regression on every measurement of a sweep with
 one free level per study key (a key's level is the hardware fit's business: the residual ranks a key's
-configurations), its penalty chosen by held-out keys, and none at all unless it predicts held-out keys
-better than no residual (noise alone fits factors of 1).
+configurations), its penalty (and the interaction features' multiple of it) chosen by held-out keys, and
+none at all unless it predicts held-out keys better than no residual (noise alone fits factors of 1).
 
 The features are the engine's (``tiling_model/include/bce_grad_residual.h``, read here through
 ``_engine.residual_levels``): one source. A device's profile carries its residual (``SocProfile.residual``,
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,6 +48,10 @@ BY_TILE_TOO = (*BY_BUFFERS_AND_CORES, "tile_align", "tile_align_x_buffers", "til
 WIDTH = sum(levels for _, levels in FEATURES)
 #: Penalties tried (times the residuals' robust variance), chosen by held-out keys.
 PENALTIES = (3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)
+#: The interaction features' penalty (those crossed with the buffer count: ``_x_`` in the name) is the
+#: penalty times one of these, chosen by held-out keys with it: a device whose effects are mostly by class
+#: (a block size, a buffer count) learns them there rather than spread over their interactions.
+INTERACTION_WEIGHTS = (1.0, 3.0)
 FOLDS = 5
 MAX_LOG_FACTOR = math.log(1.5)
 #: A measurement this far (in log) from its key's median and beyond 5 MADs is a disturbed one, left out
@@ -78,6 +82,7 @@ class Residual:
 
     beta: tuple[float, ...] = (0.0,) * WIDTH
     penalty: float = 0.0  # the chosen penalty (0: no residual)
+    interaction_weight: float = 1.0  # and the interaction features' multiple of it
     held_out_rms: float = 0.0  # held-out log error with the residual (of the chosen penalty)
     held_out_rms_none: float = 0.0  # and without
 
@@ -95,7 +100,7 @@ class Residual:
         beta = list(self.beta)
         for level in range(BUFFERS):
             beta[OFFSETS[COLUMN["buffer_num"]] + level] += log_factor
-        return Residual(tuple(beta), self.penalty, self.held_out_rms, self.held_out_rms_none)
+        return replace(self, beta=tuple(beta))
 
     def table(self) -> tuple[float, ...]:
         """The factor of every level (features in order): what the engine and the exported header multiply."""
@@ -105,8 +110,8 @@ class Residual:
         """The log factors by feature, and what the fit chose and measured."""
         return {"log_factors": {name: list(self.beta[off : off + count])
                                 for (name, count), off in zip(FEATURES, OFFSETS, strict=True)},
-                "penalty": self.penalty, "held_out_rms": self.held_out_rms,
-                "held_out_rms_none": self.held_out_rms_none}  # fmt: skip
+                "penalty": self.penalty, "interaction_weight": self.interaction_weight,
+                "held_out_rms": self.held_out_rms, "held_out_rms_none": self.held_out_rms_none}  # fmt: skip
 
     @classmethod
     def from_json(cls, doc: Any) -> Residual:
@@ -121,8 +126,8 @@ class Residual:
             if not isinstance(logs[name], list) or len(logs[name]) != count:
                 raise ValueError(f"residual feature {name!r} needs {count} log factors")
             beta += [float(b) for b in logs[name]]
-        return cls(tuple(beta), float(doc.get("penalty", 0.0)), float(doc.get("held_out_rms", 0.0)),
-                   float(doc.get("held_out_rms_none", 0.0)))  # fmt: skip
+        return cls(tuple(beta), float(doc.get("penalty", 0.0)), float(doc.get("interaction_weight", 1.0)),
+                   float(doc.get("held_out_rms", 0.0)), float(doc.get("held_out_rms_none", 0.0)))  # fmt: skip
 
     def factors(self, lv: np.ndarray) -> np.ndarray:
         """The factor on each configuration's prediction."""
@@ -160,7 +165,8 @@ class Residual:
                      if abs(self.beta[off + i]) >= 0.005}  # fmt: skip
             if moved:
                 learnt[name] = moved
-        return {"penalty": self.penalty, "held_out_rms": round(self.held_out_rms, 5),
+        return {"penalty": self.penalty, "interaction_weight": self.interaction_weight,
+                "held_out_rms": round(self.held_out_rms, 5),
                 "held_out_rms_none": round(self.held_out_rms_none, 5), "factors": learnt}  # fmt: skip
 
 
@@ -179,7 +185,7 @@ def summary_line(summary: dict[str, Any]) -> str:
     by_buffers = f"; by BUFFER_NUM (with the level across keys) {level}" if level else ""
     return (f"{len(moved)} levels moved (largest: {top}){by_buffers}; held-out within-key log rms "
             f"{summary.get('held_out_rms')} (none: {summary.get('held_out_rms_none')}), penalty "
-            f"{summary.get('penalty')}")  # fmt: skip
+            f"{summary.get('penalty')} (x{summary.get('interaction_weight', 1.0)} on interactions)")  # fmt: skip
 
 
 def _system(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -194,14 +200,24 @@ def _system(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> tuple[np.n
     return gram, rhs, int(ids.size)
 
 
-def _solve(gram: np.ndarray, rhs: np.ndarray, keys: int, penalty: float) -> np.ndarray:
-    """Ridge on the feature columns with one free (barely penalised) level per key: the features' part."""
-    pen = np.concatenate([np.full(WIDTH, penalty), np.full(keys, 1e-6)])
+def _penalties(penalty: float, interaction_weight: float) -> np.ndarray:
+    """Each feature column's penalty: ``penalty``, times ``interaction_weight`` on the interaction features."""
+    out = np.full(WIDTH, penalty)
+    for (name, count), off in zip(FEATURES, OFFSETS, strict=True):
+        if "_x_" in name:
+            out[off : off + count] *= interaction_weight
+    return out
+
+
+def _solve(gram: np.ndarray, rhs: np.ndarray, keys: int, penalty: np.ndarray) -> np.ndarray:
+    """Ridge on the feature columns (``penalty`` per column) with one free (barely penalised) level per key:
+    the features' part."""
+    pen = np.concatenate([penalty, np.full(keys, 1e-6)])
     beta: np.ndarray = np.linalg.solve(gram + np.diag(pen), rhs)
     return beta[:WIDTH]
 
 
-def _held_out_sse(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray, penalties: list[float]) -> list[float]:
+def _held_out_sse(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray, penalties: list[np.ndarray]) -> list[float]:
     """Squared log error of each held-out key's configurations, relative to the key's own mean (the
     ranking within a key is what the residual is for), by folds of whole keys, for no residual and for
     each penalty (one system per fold, solved per penalty)."""
@@ -239,13 +255,15 @@ def fit_residual(lv: np.ndarray, keys: Sequence[str], log_residuals: Sequence[fl
 
     x, y, g = sparse.csr_matrix(design(lv[keep])), y[keep], g[keep]
     scale = max(mad * mad, 1e-6)
-    none, *sses = _held_out_sse(x, g, y, [p * scale for p in PENALTIES])
-    tried = dict(zip(PENALTIES, sses, strict=True))
-    best = min(tried, key=lambda p: (tried[p], -p))
+    grid = [(p, w) for w in INTERACTION_WEIGHTS for p in PENALTIES]
+    none, *sses = _held_out_sse(x, g, y, [_penalties(p * scale, w) for p, w in grid])
+    tried = dict(zip(grid, sses, strict=True))
+    best = min(tried, key=lambda pw: (tried[pw], -pw[0], pw[1]))  # a tie: the stronger penalty, the plainer form
     rms = math.sqrt(tried[best] / y.size)
     rms_none = math.sqrt(none / y.size)
     if tried[best] >= none:
         return Residual(penalty=0.0, held_out_rms=rms_none, held_out_rms_none=rms_none)
-    beta = np.clip(_solve(*_system(x, g, y), best * scale), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
+    penalty, weight = best
+    beta = np.clip(_solve(*_system(x, g, y), _penalties(penalty * scale, weight)), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
     beta = np.where(np.asarray(x.sum(axis=0)).ravel() > 0, beta, 0.0)
-    return Residual(tuple(float(b) for b in beta), best, rms, rms_none)
+    return Residual(tuple(float(b) for b in beta), penalty, weight, rms, rms_none)

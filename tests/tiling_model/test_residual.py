@@ -10,15 +10,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tiling_model import BadRequest, TilingParams, Variant, compute_tiling, engine, load_soc, predict
+from tiling_model import BadRequest, TilingParams, Variant, compute_tiling, engine, load_soc, predict, residual
 from tiling_model.cost import engine_kinds
 from tiling_model.residual import (
     BY_TILE_TOO,
     FEATURES,
+    INTERACTION_WEIGHTS,
     NONE,
     OFFSETS,
+    PENALTIES,
     WIDTH,
     Residual,
+    _held_out_sse,
     design,
     fit_residual,
     levels,
@@ -113,13 +116,38 @@ def test_a_planted_effect_is_learnt_and_a_keys_level_is_not() -> None:
     assert "tile_in_page_x_buffers" in r.summary()["factors"]  # type: ignore[operator]
 
 
+def test_the_penalty_and_the_interactions_weight_are_the_held_out_keys_best(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both chosen together by held-out keys: the pick is the grid's least held-out error (ties: the stronger
+    penalty), and the interaction features carry the weight the fit reports."""
+    lv, keys, y = _data(6, keys=12, per_key=60, effect=0.06)
+    y = y + 0.04 * (lv[:, COL["tile_size"]] >= 14)  # an effect by class beside the interaction's
+    seen: list[tuple[list[np.ndarray], list[float]]] = []
+
+    def held_out(x: object, g: np.ndarray, yy: np.ndarray, penalties: list[np.ndarray]) -> list[float]:
+        sses = _held_out_sse(x, g, yy, penalties)  # type: ignore[arg-type]
+        seen.append((penalties, sses))
+        return sses
+
+    monkeypatch.setattr(residual, "_held_out_sse", held_out)
+    r = fit_residual(lv, keys, y)
+    ((penalties, (_, *sses)),) = seen
+    grid = [(p, w) for w in INTERACTION_WEIGHTS for p in PENALTIES]
+    assert len(set(INTERACTION_WEIGHTS)) > 1 and len(penalties) == len(grid)
+    unit = penalties[0][0] / PENALTIES[0]  # the residuals' robust variance: the penalties' scale
+    for (p, w), pen in zip(grid, penalties, strict=True):  # each column's: p times the scale, w more on "_x_"
+        for (name, count), off in zip(FEATURES, OFFSETS, strict=True):
+            assert np.allclose(pen[off : off + count], p * unit * (w if "_x_" in name else 1.0))
+    assert (r.penalty, r.interaction_weight) == min(zip(grid, sses, strict=True), key=lambda c: (c[1], -c[0][0]))[0]
+    assert Residual.from_json(json.loads(json.dumps(r.to_json()))) == r
+
+
 def test_too_few_keys_fit_nothing() -> None:
     lv, keys, y = _data(5, keys=3, effect=0.1)
     assert fit_residual(lv, keys, y) is NONE
 
 
 def test_the_floor_is_under_every_factor_of_its_buffers_and_cores() -> None:
-    lv, keys, y = _data(6, keys=20, per_key=80, effect=0.06)
+    lv, keys, y = _data(6, keys=12, per_key=60, effect=0.06)
     r = fit_residual(lv, keys, y)
     assert not r.identity
     rng = np.random.default_rng(1)
@@ -188,7 +216,7 @@ def test_bad_knobs_are_named() -> None:
 
 def _drawn(seed: int, sd: float = 0.05) -> Residual:
     rng = np.random.default_rng(seed)
-    return Residual(tuple(float(b) for b in rng.normal(0, sd, WIDTH)), 30.0, 0.01, 0.02)
+    return Residual(tuple(float(b) for b in rng.normal(0, sd, WIDTH)), 30.0, 3.0, 0.01, 0.02)
 
 
 def test_a_profile_carries_its_residual_through_json_and_its_hash() -> None:
@@ -236,5 +264,5 @@ def test_the_summary_line_says_what_was_learnt_or_that_nothing_was() -> None:
     assert summary_line(NONE.summary()).startswith("none")
     beta = [0.0] * WIDTH
     beta[OFFSETS[FEATURES.index(("cores", 65))] + 47] = math.log(1.04)
-    line = summary_line(Residual(tuple(beta), 30.0, 0.01, 0.02).summary())
+    line = summary_line(Residual(tuple(beta), 30.0, 3.0, 0.01, 0.02).summary())
     assert line.startswith("1 levels moved (largest: cores[47] x1.04)") and "rms 0.01 (none: 0.02)" in line
