@@ -180,19 +180,28 @@ inline Kinds KindsOf(int64_t n, int64_t elem, int64_t block, int64_t tile, int64
 struct WidestKind {
     int64_t elems;
     bool aligned;
+    bool allAligned;    // every kind that runs starts its copies aligned (the residual's core-boundary feature)
+    int64_t structure;  // which kinds run: 2 if small cores do, + 1 if the last core does (the residual's)
 };
 
 inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreNum) {
     static_assert(kTileStepBytes % kGmAlignBytes == 0, "every tile's stride is aligned");
-    WidestKind w{0, false};
+    WidestKind w{0, false, true, 0};
     if (n <= 0) return w;
     CoreRun runs[3];
     RunsOf(SplitCores(n, block / elem, coreNum), runs);
     for (const CoreRun& r : runs) {
-        if (r.cores <= 0 || r.count <= 0) continue;
-        if (r.count > w.elems) w = WidestKind{r.count, false};
-        if (r.count == w.elems && RunStartsAligned(r, elem, kGmAlignBytes)) w.aligned = true;
+        if (r.cores <= 0) continue;
+        const bool aligned = RunStartsAligned(r, elem, kGmAlignBytes);
+        w.allAligned = w.allAligned && aligned;
+        if (r.count <= 0) continue;
+        if (r.count > w.elems) {
+            w.elems = r.count;
+            w.aligned = false;
+        }
+        if (r.count == w.elems && aligned) w.aligned = true;
     }
+    w.structure = (runs[kSmallRun].cores > 0 ? 2 : 0) + (runs[kLastRun].cores > 0 ? 1 : 0);
     return w;
 }
 
@@ -1016,7 +1025,8 @@ struct RefitWidth {
     Lines lines;
     double serialUs;  // that core run as one tile: its stages in a row, exactly (Evaluate's, less the start-up);
                       // < 0 until a range with a tile that large needs it (SerialOf)
-    double residualBlock;  // the least residual block factor of its pairs' blocks (1 without a residual)
+    double residualPair;  // the least residual factor of its pairs' blocks, core boundaries and structure
+                          // (residual::Floors::PairFactor; 1 without a residual)
 };
 
 /** What a re-fit works in: per thread, reused, no allocation (the pairs are marked unknown per call). */
@@ -1085,7 +1095,7 @@ public:
             topCores_ = std::max(topCores_, coresMax_[b]);
             blockClasses[b] = ResidualBlockClass(blocks[b]);
         }
-        if (residual_) floors_ = residual::Floors(s.residualFactor, bn, blockClasses, nBlocks);
+        if (residual_) floors_.Set(s.residualFactor, bn, blockClasses, nBlocks);
         for (int64_t c = 1; c <= topCores_; ++c) {
             w.lines[c].Set(c, bn, k, s, agg_, vec, mte2Line, mte3Line);
             w.groupFactor[c] = KnobFactorFloor(s, k, -1, bn, c);
@@ -1201,13 +1211,13 @@ private:
     }
 
     /** Under the residual of every configuration of c cores with tiles tiLo..tiHi whose widest core holds eLo
-     *  to eHi elements (and, where known, its block class, aligned core boundaries and structure): 1 without
-     *  one. */
+     *  to eHi elements (and, where known, its blocks' least factor, or the least PairFactor of its pairs): 1
+     *  without one. */
     double ResidualFloor(int64_t c, int64_t tiLo, int64_t tiHi, int64_t eLo, int64_t eHi, double blockFactor = 0.0,
-                         int64_t aligned = -1, int64_t structure = -1) const {
+                         double pairFactor = 0.0) const {
         static_assert(kTileStepBytes == residual::kPageStepBytes, "the residual's page steps are the re-fit's tiles");
         if (!residual_) return 1.0;
-        return floors_.Of(residual::RangeKnown{c, tiLo, tiHi, eLo, eHi, stepElems_, blockFactor, aligned, structure});
+        return floors_.Of(residual::RangeKnown{c, tiLo, tiHi, eLo, eHi, stepElems_, blockFactor, pairFactor});
     }
 
     static int64_t ResidualBlockClass(int64_t block) { return residual::Clamp(residual::Log2Floor(block), 0, 15); }
@@ -1252,7 +1262,7 @@ private:
         const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
         const double serial = xhi >= wd.elems ? SerialOf(c, i) : -1.0;
         const double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
-        const double res = ResidualFloor(c, tiLo, tiHi, wd.elems, wd.elems, wd.residualBlock);
+        const double res = ResidualFloor(c, tiLo, tiHi, wd.elems, wd.elems, 0.0, wd.residualPair);
         RefitRange r{RangeFloor(c, core, res), static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi),
                      static_cast<int32_t>(c), WidthBlock(i)};
         if (Traded(wd.elems, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
@@ -1393,8 +1403,11 @@ private:
             const Lines lines = widest.aligned ? Lines::Aligned : Lines::Misaligned;
             int i = 0;
             while (i < count && (widths[i].elems != widest.elems || widths[i].lines != lines)) ++i;
-            if (i == count) widths[count++] = RefitWidth{widest.elems, lines, -1.0, INFINITY};
-            widths[i].residualBlock = std::min(widths[i].residualBlock, ResidualBlock(b));
+            if (i == count) widths[count++] = RefitWidth{widest.elems, lines, -1.0, residual_ ? INFINITY : 1.0};
+            if (residual_) {
+                widths[i].residualPair = std::min(
+                    widths[i].residualPair, floors_.PairFactor(ResidualBlockClass(blocks_[b]), widest.allAligned, widest.structure));
+            }
             w_.widthOf[b][c] = static_cast<int8_t>(i);
         }
         w_.widthCount[c] = count;
@@ -1425,10 +1438,14 @@ private:
         const double factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);  // under every configuration's
         p.blockFactor = corrected_ ? s_.blockFactor[BlockClass(blocks_[b])] : 1.0;
         p.residualBlock = ResidualBlock(b);
-        bool aligned = true;
-        for (int i = 0; i < 3; ++i) aligned = aligned && (p.kinds.counts[i] <= 0 || p.kinds.aligned[i]);
-        const int64_t structure = (p.kinds.counts[1] > 0 ? 2 : 0) + (p.kinds.counts[2] > 0 ? 1 : 0);
-        const double res = ResidualFloor(c, 1, tiles_, p.widest, p.widest, p.residualBlock, aligned ? 1 : 0, structure);
+        double res = 1.0;
+        if (residual_) {
+            bool aligned = true;
+            for (int i = 0; i < 3; ++i) aligned = aligned && (p.kinds.counts[i] <= 0 || p.kinds.aligned[i]);
+            const int64_t structure = (p.kinds.counts[1] > 0 ? 2 : 0) + (p.kinds.counts[2] > 0 ? 1 : 0);
+            res = ResidualFloor(c, 1, tiles_, p.widest, p.widest, 0.0,
+                                floors_.PairFactor(ResidualBlockClass(blocks_[b]), aligned, structure));
+        }
         // at the slice's largest tile: the fewest tiles, so the least a per-tile scalar queue moves (without one,
         // the traffic is the same at every tile)
         p.trafficUs =

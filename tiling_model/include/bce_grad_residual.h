@@ -84,13 +84,24 @@ inline int64_t AlignLevel(int64_t bytes, const int64_t* grains, int count) {
     return level;
 }
 
+/** The tiles-per-core bins of 0 .. 128 tiles (TilesBin's table: a search asks for bins at every range). */
+struct TilesBins {
+    int8_t of[kTilesBinTop[kTilesBins - kTilesEach - 1] + 1];
+    constexpr TilesBins() : of() {
+        for (int64_t t = 0; t <= kTilesBinTop[kTilesBins - kTilesEach - 1]; ++t) {
+            int64_t bin = t < 1 ? 0 : t - 1;
+            for (int i = kTilesBins - kTilesEach - 1; t > kTilesEach && i >= 0; --i) {
+                if (t <= kTilesBinTop[i]) bin = kTilesEach + i;
+            }
+            of[t] = static_cast<int8_t>(bin);
+        }
+    }
+};
+constexpr TilesBins kTilesBinOf{};
+
 /** The tiles-per-core bin: each count to kTilesEach its own, then 33-40, 41-48, 49-64, 65-96, 97-128, more. */
 inline int64_t TilesBin(int64_t tiles) {
-    if (tiles <= kTilesEach) return tiles < 1 ? 0 : tiles - 1;
-    for (int i = 0; i < kTilesBins - kTilesEach; ++i) {
-        if (tiles <= kTilesBinTop[i]) return kTilesEach + i;
-    }
-    return kTilesBins;
+    return tiles <= kTilesBinTop[kTilesBins - kTilesEach - 1] ? kTilesBinOf.of[tiles < 0 ? 0 : tiles] : kTilesBins;
 }
 
 /** The tile's alignment level (its largest divisor of 1, 2, 4, 8 KiB, as its index + 1; 0: none). */
@@ -165,16 +176,30 @@ inline double FactorOf(const double* table, const int64_t* levels) {
 
 /** What a search knows of a range of configurations of one core count: their tiles (tile indices of
  *  kPageStepBytes), the elements of their widest core kind, the block classes' factor (the table's; 0: any of
- *  the slice's), and, where it knows them (else -1), whether every core's boundaries are aligned and the core
- *  kinds' structure. */
+ *  the slice's), and the product of the block class's, core-boundary alignment's and structure's factors where
+ *  a pair or the least over a width's pairs is known (0: not known, the least of each taken). */
 struct RangeKnown {
     int64_t cores;
     int64_t tiLo, tiHi;
     int64_t eLo, eHi;
     int64_t stepElems;  // elements per tile index
     double blockFactor = 0.0;
-    int64_t aligned = -1, structure = -1;
+    double pairFactor = 0.0;
 };
+
+/** The longest run of 2^j bins within a run of len bins (floor(log2(len))), for len 1 .. kTilesLevels:
+ *  Floors' least over a run of bins from two overlapping runs of 2^j. */
+struct BinSpans {
+    int8_t of[kTilesLevels + 1];
+    constexpr BinSpans() : of() {
+        for (int len = 1; len <= kTilesLevels; ++len) {
+            int j = 0;
+            while ((2 << j) <= len) ++j;
+            of[len] = static_cast<int8_t>(j);
+        }
+    }
+};
+constexpr BinSpans kBinSpanOf{};
 
 constexpr int64_t kPageStepBytes = 512;  // a tile index's bytes: the place in the page is its index mod kPageSteps
 
@@ -185,48 +210,81 @@ constexpr int64_t kPageStepBytes = 512;  // a tile index's bytes: the place in t
  * floor is a few minima over what it holds. Each group's least is at or under the group's part of any
  * configuration's product; a relative 1e-12 covers the products' different order of rounding. The least over
  * size classes takes each class's own tile counts (small tiles run many).
+ *
+ * The last copy's alignment: the slowest core kind is the widest (the first that runs: big, else small, else
+ * the last core), and tiles are whole 512-B steps, so its last copy's bytes modulo 512 are its elements'
+ * bytes modulo 512 at every tile. Where a range's widest core is known, that sets the level below 512 B exactly
+ * (0 or 1), or leaves only the levels of 512 B and up; where the core runs one tile, the level is its own.
  */
 class Floors {
 public:
     Floors() = default;
-    /** blockClasses: the block classes of the slice (count of them), the only ones a range of it holds. */
-    Floors(const double* table, int64_t bufferNum, const int64_t* blockClasses, int count) : t_(table) {
+    /** blockClasses: the block classes of the slice (count of them), the only ones a range of it holds. Set in
+     *  place (the tables are a few kilobytes: a search has one, built once per call). */
+    void Set(const double* table, int64_t bufferNum, const int64_t* blockClasses, int count) {
+        t_ = table;
         const int64_t b = Clamp(bufferNum, 0, kBuffers - 1);
         buffers_ = b;
         block_ = INFINITY;
         for (int i = 0; i < count; ++i) block_ = std::min(block_, At(kBlockClass, blockClasses[i]));
+        pageLeast_ = INFINITY;
         for (int64_t r = 0; r < kPageSteps; ++r) {
             const int64_t align = TileAlignLevel(r * kPageStepBytes + (r == 0 ? 8192 : 0));
             page_[r] = At(kTileAlign, align) * At(kTileAlignXBuffers, align * kBuffers + b) *
                        At(kTileInPageXBuffers, r * kBuffers + b);
+            pageLeast_ = std::min(pageLeast_, page_[r]);
         }
         for (int64_t l = 0; l < kTileSizeClasses; ++l) size_[l] = At(kTileSize, l) * At(kTileSizeXBuffers, l * kBuffers + b);
         for (int64_t t = 0; t < kTilesLevels; ++t) {
-            double tail = INFINITY;
-            for (int64_t a = 0; a < kTailLevels; ++a) tail = std::min(tail, At(kTailAlign, a) * At(kTailAlignXTiles, a * kTilesLevels + t));
-            tiles_[t] = tail * At(kTilesXBuffers, t * kBuffers + b);
+            const double tiles = At(kTilesXBuffers, t * kBuffers + b);
+            double pages = INFINITY;  // the levels of 512 B and up
+            for (int64_t a = 2; a < kTailLevels; ++a) pages = std::min(pages, TailOf(a, t));
+            least_[kTail32][0][t] = TailOf(0, t) * tiles;
+            least_[kTail512][0][t] = TailOf(1, t) * tiles;
+            least_[kTailPages][0][t] = pages * tiles;
+            least_[kTailAny][0][t] = std::min(std::min(TailOf(0, t), TailOf(1, t)), pages) * tiles;
         }
-        for (int64_t lo = 0; lo < kTilesLevels; ++lo) {  // the least over each run of bins (a search asks per range)
-            double least = INFINITY;
-            for (int64_t hi = lo; hi < kTilesLevels; ++hi) tilesLeast_[lo][hi] = least = std::min(least, tiles_[hi]);
+        for (int set = 0; set < kTailSets; ++set) {  // the least over each run of 2^j bins (a search asks per range)
+            for (int j = 1; j < kSpans; ++j) {
+                const int64_t half = int64_t{1} << (j - 1);
+                for (int64_t t = 0; t + 2 * half <= kTilesLevels; ++t) {
+                    least_[set][j][t] = std::min(least_[set][j - 1][t], least_[set][j - 1][t + half]);
+                }
+            }
         }
-        pageLeast_ = INFINITY;
-        for (int64_t r = 0; r < kPageSteps; ++r) pageLeast_ = std::min(pageLeast_, page_[r]);
         bounds_ = std::min(At(kCoreBoundsAlignedXBuffers, b), At(kCoreBoundsAlignedXBuffers, kBuffers + b));
         structure_ = At(kStructure, 0);
         for (int64_t l = 1; l < 4; ++l) structure_ = std::min(structure_, At(kStructure, l));
     }
 
+    /** A pair's block class, core-boundary alignment (1: every core's copies start aligned) and structure:
+     *  their factors' product (RangeKnown::pairFactor). */
+    double PairFactor(int64_t blockClass, bool aligned, int64_t structure) const {
+        return At(kBlockClass, blockClass) * At(kCoreBoundsAlignedXBuffers, (aligned ? 1 : 0) * kBuffers + buffers_) *
+               At(kStructure, structure);
+    }
+
     double Of(const RangeKnown& r) const {
         const int64_t b = buffers_;
-        const double fixed = At(kBufferNum, b) * (r.blockFactor > 0.0 ? r.blockFactor : block_) *
-                             At(kCores, Clamp(r.cores, 0, 64)) * At(kCoresOddXBuffers, (r.cores % 2) * kBuffers + b) *
-                             (r.aligned >= 0 ? At(kCoreBoundsAlignedXBuffers, r.aligned * kBuffers + b) : bounds_) *
-                             (r.structure >= 0 ? At(kStructure, r.structure) : structure_);
+        const double pair = r.pairFactor > 0.0 ? r.pairFactor : (r.blockFactor > 0.0 ? r.blockFactor : block_) * bounds_ * structure_;
+        const double fixed = At(kBufferNum, b) * At(kCores, Clamp(r.cores, 0, 64)) *
+                             At(kCoresOddXBuffers, (r.cores % 2) * kBuffers + b) * pair;
         double page = pageLeast_;  // a range of kPageSteps tiles or more holds every place
         if (r.tiHi - r.tiLo + 1 < kPageSteps) {
             page = INFINITY;
             for (int64_t ti = r.tiHi; ti >= r.tiLo; --ti) page = std::min(page, page_[ti % kPageSteps]);
+        }
+        int set = kTailAny;
+        if (r.eLo == r.eHi) {
+            const int64_t bytes = r.eLo * (kPageStepBytes / r.stepElems);
+            if (r.tiLo * r.stepElems >= r.eLo) {  // one tile a core at every tile: the last copy is the core's
+                const int64_t a = AlignLevel(bytes, kTailGrains, kTailGrainCount);
+                double sized = INFINITY;
+                const int64_t lo = TileSizeLevel(r.tiLo * kPageStepBytes), hi = TileSizeLevel(r.tiHi * kPageStepBytes);
+                for (int64_t l = lo; l <= hi; ++l) sized = std::min(sized, size_[l]);
+                return fixed * page * sized * TailOf(a, 0) * At(kTilesXBuffers, b) * (1.0 - 1e-12);
+            }
+            set = bytes % kTailGrains[0] != 0 ? kTail32 : (bytes % kTailGrains[1] != 0 ? kTail512 : kTailPages);
         }
         double sized = INFINITY;  // per size class: its tiles' factor and their widest core's tile counts'
         for (int64_t ti = r.tiHi; ti >= r.tiLo;) {
@@ -234,7 +292,7 @@ public:
             const int64_t lo = std::max<int64_t>(r.tiLo, ((int64_t{1} << l) + kPageStepBytes - 1) / kPageStepBytes);
             const int64_t fewest = TilesBin(CeilTiles(r.eLo, ti * r.stepElems));
             const int64_t most = TilesBin(CeilTiles(r.eHi, lo * r.stepElems));
-            sized = std::min(sized, size_[l] * tilesLeast_[fewest][most]);
+            sized = std::min(sized, size_[l] * Least(set, fewest, most));
             ti = lo - 1;
         }
         return fixed * page * sized * (1.0 - 1e-12);
@@ -245,17 +303,27 @@ public:
     double Size(int64_t level) const { return size_[level]; }
 
 private:
+    enum TailSet : int { kTailAny, kTail32, kTail512, kTailPages, kTailSets };  // levels 0..6, 0, 1, 2..6
+    static constexpr int kSpans = 6;  // runs of 1, 2, 4, .. 32 bins: two of them cover any run of kTilesLevels
+
     double At(int feature, int64_t level) const { return t_[kOffsets.at[feature] + level]; }
+    /** The last copy's alignment level a with tiles bin t: its two factors. */
+    double TailOf(int64_t a, int64_t t) const { return At(kTailAlign, a) * At(kTailAlignXTiles, a * kTilesLevels + t); }
     static int64_t CeilTiles(int64_t elems, int64_t tileElems) { return (elems + tileElems - 1) / tileElems; }
+    /** The least of a tail set's tiles factors over bins lo..hi (two overlapping runs of 2^j). */
+    double Least(int set, int64_t lo, int64_t hi) const {
+        const int j = kBinSpanOf.of[hi - lo + 1];
+        return std::min(least_[set][j][lo], least_[set][j][hi - (int64_t{1} << j) + 1]);
+    }
 
     const double* t_ = nullptr;
     int64_t buffers_ = 0;
     double block_ = 1.0, bounds_ = 1.0, structure_ = 1.0;
-    double page_[kPageSteps] = {};
-    double size_[kTileSizeClasses] = {};
-    double tiles_[kTilesLevels] = {};
-    double tilesLeast_[kTilesLevels][kTilesLevels] = {};  // [lo][hi]: the least of tiles_[lo..hi]
-    double pageLeast_ = 1.0;                             // the least of page_
+    double pageLeast_ = 1.0;  // the least of page_
+    // Filled by Set (left uninitialised before: a search that has no residual never reads them).
+    double page_[kPageSteps];
+    double size_[kTileSizeClasses];
+    double least_[kTailSets][kSpans][kTilesLevels];  // [set][j][t]: the least over bins t .. t + 2^j - 1
 };
 
 }  // namespace residual

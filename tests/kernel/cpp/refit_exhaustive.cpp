@@ -45,19 +45,22 @@ Pick Exhaustive(int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64
     return best;
 }
 
-// KindsOf's widest kind with cores, as the re-fit reads it (WidestOf must agree: its bounds rest on it).
+// KindsOf's widest kind with cores, whether every kind's copies start aligned and which kinds run, as the
+// re-fit reads them (WidestOf must agree: its bounds rest on it).
 bool SameWidest(int64_t n, int64_t elem, int64_t block, int64_t cores) {
     const bce_grad::cost::Kinds kd = bce_grad::cost::KindsOf(n, elem, block, bce_grad::cost::kTileStepBytes, cores);
     int64_t widest = 0;
-    bool aligned = false;
+    bool aligned = false, allAligned = true;
     for (int i = 0; i < 3; ++i) {
+        if (kd.counts[i] > 0 && !kd.aligned[i]) allAligned = false;
         if (kd.counts[i] <= 0 || kd.elems[i] <= 0) continue;
         if (kd.elems[i] > widest) aligned = false;
         widest = std::max(widest, kd.elems[i]);
         if (kd.elems[i] == widest && kd.aligned[i]) aligned = true;
     }
     const bce_grad::cost::WidestKind w = bce_grad::cost::WidestOf(n, elem, block, cores);
-    return w.elems == widest && w.aligned == aligned;
+    const int64_t structure = (kd.counts[1] > 0 ? 2 : 0) + (kd.counts[2] > 0 ? 1 : 0);
+    return w.elems == widest && w.aligned == aligned && w.allAligned == allAligned && w.structure == structure;
 }
 
 }  // namespace
