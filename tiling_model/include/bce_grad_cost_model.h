@@ -1003,9 +1003,11 @@ constexpr int kMaxRanges = 4096;     // ranges waiting at once; past it a range 
  *  taken off). */
 struct RefitRange {
     double floor;
+    double engine;  // the floor but for the residual's factor (floor = engine * that factor's floor)
     int32_t tiLo, tiHi;
-    int32_t cores;
-    int32_t block;  // -1: every block of the core count; -2 - i: the pairs of its widths[i]
+    int16_t cores;
+    int16_t block;  // -1: every block of the core count; -2 - i: the pairs of its widths[i]
+    bool exact;     // the residual's floor taken tile by tile (residual::Floors::Exact)
 };
 
 /** A (block, cores) pair's core kinds and what bounds its configurations, computed at its first opening. */
@@ -1071,8 +1073,9 @@ inline int64_t SpaceCores(int64_t n, int64_t elemBytes, int64_t blockBytes, int6
  *      schedule), then the simulation, unless the chain bound is the prediction. (Queued as a range of its
  *      own, a pair's tile cost its range's floor and a turn of the queue: measured slower.)
  * Every floor carries the least knob correction of what it bounds (KnobFactorFloor) and the least residual
- * (ResidualFloor: by the range's tiles and tiles per core), every prediction its own (ConfigFactor). The seed (the bucket's tuned configuration) is predicted first: the best seen from the
- * start. None of the drops changes the pick: what a range holds predicts at or above its floor.
+ * (queued with residual::Floors::Loose; a width, when it is the queue's first, takes Floors::Exact, tile by
+ * tile, and goes back in the queue if that raised its floor), every prediction its own (ConfigFactor). The
+ * seed (the bucket's tuned configuration) is predicted first: the best seen from the start. None of the drops changes the pick: what a range holds predicts at or above its floor.
  * tests/tiling_model/test_engine.py checks the pick against the specification's, and
  * tests/kernel/cpp/refit_exhaustive.cpp against every configuration predicted.
  */
@@ -1127,10 +1130,22 @@ public:
     RefitChoice Run() {
         for (int64_t c = topCores_; c >= 1; --c) Push(CoresRange(c));
         while (queued_ > 0) {
-            const RefitRange r = Pop();
+            RefitRange r = Pop();
             if (!CanWin(r)) {  // 1.
                 if (r.floor > bestUs_ + kTieWidth) break;  // and so is everything after it in the queue
                 continue;
+            }
+            if (residual_ && r.block != kEveryBlock && !r.exact) {
+                // a width about to be opened: its residual's floor tile by tile, back in the queue if that raised it
+                const RefitWidth& wd = w_.widths[r.cores][WidthOf(r)];
+                const double floor =
+                    r.engine * floors_.Exact(residual::RangeKnown{r.cores, r.tiLo, r.tiHi, wd.elems, stepElems_, 0.0, wd.residualPair});
+                r.exact = true;
+                if (floor > r.floor) {
+                    r.floor = floor;
+                    Push(r);
+                    continue;
+                }
             }
             if (r.block == kEveryBlock) {
                 OpenCores(r);
@@ -1203,21 +1218,24 @@ private:
         return s_.launchUs + (fixedBytes + static_cast<double>(c * (k_.workspaceInputs * k_.rowBytes))) / (agg_ * 1e3);
     }
 
-    /** A range of c cores' floor from its widest core's (less `base`): the larger of their traffic and that
-     *  core's floor (float rounding taken off), with the least knob correction of the core count and the
-     *  least residual of the range (`residual`: ResidualFloor). */
-    double RangeFloor(int64_t c, double core, double residual) const {
-        return std::max(CoresTrafficUs(c), Floor(w_.lines[c].base + core)) * w_.groupFactor[c] * residual;
+    /** A range of c cores' floor from its widest core's (less `base`) but for the residual: the larger of
+     *  their traffic and that core's floor (float rounding taken off), with the least knob correction of the
+     *  core count (the range's floor is this times the least residual of the range: LooseResidual, Floors::Exact). */
+    double EngineFloor(int64_t c, double core) const {
+        return std::max(CoresTrafficUs(c), Floor(w_.lines[c].base + core)) * w_.groupFactor[c];
     }
 
-    /** Under the residual of every configuration of c cores with tiles tiLo..tiHi whose widest core holds eLo
-     *  to eHi elements (and, where known, its blocks' least factor, or the least PairFactor of its pairs): 1
-     *  without one. */
-    double ResidualFloor(int64_t c, int64_t tiLo, int64_t tiHi, int64_t eLo, int64_t eHi, double blockFactor = 0.0,
-                         double pairFactor = 0.0) const {
+    /** A range of tiles tiLo..tiHi of c cores whose floor but for the residual is `engine`. */
+    static RefitRange RangeOf(double engine, double residual, int64_t tiLo, int64_t tiHi, int64_t c, int block) {
+        return RefitRange{engine * residual, engine, static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi),
+                          static_cast<int16_t>(c), static_cast<int16_t>(block), false};
+    }
+
+    /** Under the residual of every configuration of c cores (given their blocks' least factor, or their pairs'
+     *  least PairFactor, where known): residual::Floors::Loose, 1 without one. */
+    double LooseResidual(int64_t c, double blockFactor, double pairFactor) const {
         static_assert(kTileStepBytes == residual::kPageStepBytes, "the residual's page steps are the re-fit's tiles");
-        if (!residual_) return 1.0;
-        return floors_.Of(residual::RangeKnown{c, tiLo, tiHi, eLo, eHi, stepElems_, blockFactor, pairFactor});
+        return residual_ ? floors_.Loose(residual::RangeKnown{c, 0, 0, 0, stepElems_, blockFactor, pairFactor}) : 1.0;
     }
 
     static int64_t ResidualBlockClass(int64_t block) { return residual::Clamp(residual::Log2Floor(block), 0, 15); }
@@ -1246,10 +1264,11 @@ private:
         } else {
             core = l.RangeUs(e, Lines::Either, xlo, xhi, false);
         }
-        const double res = ResidualFloor(c, 1, tiles_, e, std::max(e, widestTop_[c]), coresBlock_[c]);
-        RefitRange r{RangeFloor(c, core, res), 1, static_cast<int32_t>(tiles_), static_cast<int32_t>(c), kEveryBlock};
+        const double res = LooseResidual(c, coresBlock_[c], 0.0);
+        RefitRange r = RangeOf(EngineFloor(c, core), res, 1, tiles_, c, kEveryBlock);
         if (Traded(e, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
-            r.floor = RangeFloor(c, std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi)), res);
+            r = RangeOf(EngineFloor(c, std::max(core, l.TradeUs(e, widestTop_[c], Lines::Either, xlo, xhi))), res, 1,
+                        tiles_, c, kEveryBlock);
         }
         return r;
     }
@@ -1262,11 +1281,11 @@ private:
         const int64_t xlo = tiLo * stepElems_, xhi = tiHi * stepElems_;
         const double serial = xhi >= wd.elems ? SerialOf(c, i) : -1.0;
         const double core = l.RangeUs(wd.elems, wd.lines, xlo, xhi, true, serial);
-        const double res = ResidualFloor(c, tiLo, tiHi, wd.elems, wd.elems, 0.0, wd.residualPair);
-        RefitRange r{RangeFloor(c, core, res), static_cast<int32_t>(tiLo), static_cast<int32_t>(tiHi),
-                     static_cast<int32_t>(c), WidthBlock(i)};
+        const double res = LooseResidual(c, 0.0, wd.residualPair);
+        RefitRange r = RangeOf(EngineFloor(c, core), res, tiLo, tiHi, c, WidthBlock(i));
         if (Traded(wd.elems, xlo, xhi) && CanWin(r)) {  // (a range that cannot win is dropped as it is)
-            r.floor = RangeFloor(c, std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial)), res);
+            r = RangeOf(EngineFloor(c, std::max(core, l.TradeUs(wd.elems, wd.elems, wd.lines, xlo, xhi, serial))), res,
+                        tiLo, tiHi, c, WidthBlock(i));
         }
         return r;
     }
@@ -1443,8 +1462,7 @@ private:
             bool aligned = true;
             for (int i = 0; i < 3; ++i) aligned = aligned && (p.kinds.counts[i] <= 0 || p.kinds.aligned[i]);
             const int64_t structure = (p.kinds.counts[1] > 0 ? 2 : 0) + (p.kinds.counts[2] > 0 ? 1 : 0);
-            res = ResidualFloor(c, 1, tiles_, p.widest, p.widest, 0.0,
-                                floors_.PairFactor(ResidualBlockClass(blocks_[b]), aligned, structure));
+            res = LooseResidual(c, 0.0, floors_.PairFactor(ResidualBlockClass(blocks_[b]), aligned, structure));
         }
         // at the slice's largest tile: the fewest tiles, so the least a per-tile scalar queue moves (without one,
         // the traffic is the same at every tile)

@@ -66,14 +66,7 @@ constexpr const char* kNames[kFeatures] = {
 inline int64_t Clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 /** floor(log2(v)) for v >= 1 (0 below). */
-inline int64_t Log2Floor(int64_t v) {
-    int64_t c = 0;
-    while (v > 1) {
-        v >>= 1;
-        ++c;
-    }
-    return c;
-}
+inline int64_t Log2Floor(int64_t v) { return v > 1 ? 63 - __builtin_clzll(static_cast<uint64_t>(v)) : 0; }
 
 /** The largest of grains[0..count) dividing bytes, as its index + 1 (0: none divides). */
 inline int64_t AlignLevel(int64_t bytes, const int64_t* grains, int count) {
@@ -102,6 +95,15 @@ constexpr TilesBins kTilesBinOf{};
 /** The tiles-per-core bin: each count to kTilesEach its own, then 33-40, 41-48, 49-64, 65-96, 97-128, more. */
 inline int64_t TilesBin(int64_t tiles) {
     return tiles <= kTilesBinTop[kTilesBins - kTilesEach - 1] ? kTilesBinOf.of[tiles < 0 ? 0 : tiles] : kTilesBins;
+}
+
+/** The last copy's alignment level: AlignLevel(bytes, kTailGrains, kTailGrainCount), from its trailing zero
+ *  bits (the grains are 2^5 and 2^9 .. 2^13). */
+inline int64_t TailLevel(int64_t bytes) {
+    static_assert(kTailGrains[0] == 32 && kTailGrains[1] == 512 && kTailGrains[kTailGrainCount - 1] == 8192, "grains");
+    if (bytes == 0) return kTailGrainCount;
+    const int64_t zeros = __builtin_ctzll(static_cast<uint64_t>(bytes));
+    return zeros >= 13 ? 6 : (zeros >= 9 ? zeros - 7 : (zeros >= 5 ? 1 : 0));
 }
 
 /** The tile's alignment level (its largest divisor of 1, 2, 4, 8 KiB, as its index + 1; 0: none). */
@@ -141,7 +143,7 @@ inline void LevelsOf(const CoreKinds& k, int64_t elem, int64_t block, int64_t bn
     const int64_t tileAlign = TileAlignLevel(tile);
     const int64_t size = TileSizeLevel(tile);
     const int64_t tilesBin = TilesBin(tiles);
-    const int64_t tailAlign = AlignLevel(tailBytes, kTailGrains, kTailGrainCount);
+    const int64_t tailAlign = TailLevel(tailBytes);
     out[kBufferNum] = b;
     out[kBlockClass] = Clamp(Log2Floor(block), 0, 15);
     out[kCores] = Clamp(k.cores, 0, 64);
@@ -175,83 +177,63 @@ inline double FactorOf(const double* table, const int64_t* levels) {
 }
 
 /** What a search knows of a range of configurations of one core count: their tiles (tile indices of
- *  kPageStepBytes), the elements of their widest core kind, the block classes' factor (the table's; 0: any of
- *  the slice's), and the product of the block class's, core-boundary alignment's and structure's factors where
- *  a pair or the least over a width's pairs is known (0: not known, the least of each taken). */
+ *  kPageStepBytes), the elements of their widest core kind (where Floors::Exact is asked), the block classes'
+ *  factor (the table's; 0: any of the slice's), and the product of the block class's, core-boundary
+ *  alignment's and structure's factors where a pair, or the least over a width's pairs, is known (0: not
+ *  known, the least of each taken). */
 struct RangeKnown {
     int64_t cores;
     int64_t tiLo, tiHi;
-    int64_t eLo, eHi;
+    int64_t elems;
     int64_t stepElems;  // elements per tile index
     double blockFactor = 0.0;
     double pairFactor = 0.0;
 };
 
-/** The longest run of 2^j bins within a run of len bins (floor(log2(len))), for len 1 .. kTilesLevels:
- *  Floors' least over a run of bins from two overlapping runs of 2^j. */
-struct BinSpans {
-    int8_t of[kTilesLevels + 1];
-    constexpr BinSpans() : of() {
-        for (int len = 1; len <= kTilesLevels; ++len) {
-            int j = 0;
-            while ((2 << j) <= len) ++j;
-            of[len] = static_cast<int8_t>(j);
-        }
-    }
-};
-constexpr BinSpans kBinSpanOf{};
-
 constexpr int64_t kPageStepBytes = 512;  // a tile index's bytes: the place in the page is its index mod kPageSteps
 
 /**
- * Floors under the factor of every configuration of a range (FactorOf), for one BUFFER_NUM: the features grouped
- * by what sets them (the tile's place in the page: its alignment and page step; its size class; the widest core's
- * tiles and the last copy's alignment; the rest), each group's factors multiplied once per level here, so a range's
- * floor is a few minima over what it holds. Each group's least is at or under the group's part of any
- * configuration's product; a relative 1e-12 covers the products' different order of rounding. The least over
- * size classes takes each class's own tile counts (small tiles run many).
+ * Floors under the factor of every configuration of a range (FactorOf), for one BUFFER_NUM, in two grades. The
+ * features are grouped by what sets them: the tile's place in the page (its alignment and page step), its size
+ * class, the widest core's tiles and its last copy's alignment, and the rest (set by the cores and the pair).
+ * Loose: the rest as known times every other group's least over the whole table, in a few products: what a
+ * range is queued with. Exact: a width's tiles one by one, each group at the tile's own level (the least of
+ * their product, not the product of their least): what a range is opened with, once it is the queue's first.
+ * Measured on a device table's first calls: the two grades cost less than one grade between them (a least per
+ * size class over runs of tile counts) at every range, the picks the same.
  *
- * The last copy's alignment: the slowest core kind is the widest (the first that runs: big, else small, else
- * the last core), and tiles are whole 512-B steps, so its last copy's bytes modulo 512 are its elements'
- * bytes modulo 512 at every tile. Where a range's widest core is known, that sets the level below 512 B exactly
- * (0 or 1), or leaves only the levels of 512 B and up; where the core runs one tile, the level is its own.
+ * The last copy: the slowest core kind is the widest (the first that runs: big, else small, else the last
+ * core), so a width's last copy at a tile is its widest core's last tile. A relative 1e-12 covers the
+ * products' different order of rounding.
  */
 class Floors {
 public:
     Floors() = default;
     /** blockClasses: the block classes of the slice (count of them), the only ones a range of it holds. Set in
-     *  place (the tables are a few kilobytes: a search has one, built once per call). */
+     *  place (a search has one, set once per call). */
     void Set(const double* table, int64_t bufferNum, const int64_t* blockClasses, int count) {
         t_ = table;
         const int64_t b = Clamp(bufferNum, 0, kBuffers - 1);
         buffers_ = b;
         block_ = INFINITY;
         for (int i = 0; i < count; ++i) block_ = std::min(block_, At(kBlockClass, blockClasses[i]));
-        pageLeast_ = INFINITY;
+        double page = INFINITY;
         for (int64_t r = 0; r < kPageSteps; ++r) {
             const int64_t align = TileAlignLevel(r * kPageStepBytes + (r == 0 ? 8192 : 0));
             page_[r] = At(kTileAlign, align) * At(kTileAlignXBuffers, align * kBuffers + b) *
                        At(kTileInPageXBuffers, r * kBuffers + b);
-            pageLeast_ = std::min(pageLeast_, page_[r]);
+            page = std::min(page, page_[r]);
         }
-        for (int64_t l = 0; l < kTileSizeClasses; ++l) size_[l] = At(kTileSize, l) * At(kTileSizeXBuffers, l * kBuffers + b);
+        double size = INFINITY;
+        for (int64_t l = 0; l < kTileSizeClasses; ++l) {
+            size_[l] = At(kTileSize, l) * At(kTileSizeXBuffers, l * kBuffers + b);
+            size = std::min(size, size_[l]);
+        }
+        double tiles = INFINITY;
         for (int64_t t = 0; t < kTilesLevels; ++t) {
-            const double tiles = At(kTilesXBuffers, t * kBuffers + b);
-            double pages = INFINITY;  // the levels of 512 B and up
-            for (int64_t a = 2; a < kTailLevels; ++a) pages = std::min(pages, TailOf(a, t));
-            least_[kTail32][0][t] = TailOf(0, t) * tiles;
-            least_[kTail512][0][t] = TailOf(1, t) * tiles;
-            least_[kTailPages][0][t] = pages * tiles;
-            least_[kTailAny][0][t] = std::min(std::min(TailOf(0, t), TailOf(1, t)), pages) * tiles;
+            for (int64_t a = 0; a < kTailLevels; ++a) tiles = std::min(tiles, TailOf(a, t) * At(kTilesXBuffers, t * kBuffers + b));
         }
-        for (int set = 0; set < kTailSets; ++set) {  // the least over each run of 2^j bins (a search asks per range)
-            for (int j = 1; j < kSpans; ++j) {
-                const int64_t half = int64_t{1} << (j - 1);
-                for (int64_t t = 0; t + 2 * half <= kTilesLevels; ++t) {
-                    least_[set][j][t] = std::min(least_[set][j - 1][t], least_[set][j - 1][t + half]);
-                }
-            }
-        }
+        tileSet_ = page * size * tiles;
         bounds_ = std::min(At(kCoreBoundsAlignedXBuffers, b), At(kCoreBoundsAlignedXBuffers, kBuffers + b));
         structure_ = At(kStructure, 0);
         for (int64_t l = 1; l < 4; ++l) structure_ = std::min(structure_, At(kStructure, l));
@@ -264,38 +246,28 @@ public:
                At(kStructure, structure);
     }
 
-    double Of(const RangeKnown& r) const {
+    /** Under every configuration of the range: what the cores and the pair set, times the least of the rest. */
+    double Loose(const RangeKnown& r) const { return Fixed(r) * tileSet_ * (1.0 - 1e-12); }
+
+    /** Under every configuration of a width's range (r.elems: its widest core's elements), tile by tile: each
+     *  tile's page place, size class, tile count and last copy at their own levels. Its cost grows with the
+     *  range's tiles (hundreds at most, each a few table reads). */
+    double Exact(const RangeKnown& r) const {
         const int64_t b = buffers_;
-        const double pair = r.pairFactor > 0.0 ? r.pairFactor : (r.blockFactor > 0.0 ? r.blockFactor : block_) * bounds_ * structure_;
-        const double fixed = At(kBufferNum, b) * At(kCores, Clamp(r.cores, 0, 64)) *
-                             At(kCoresOddXBuffers, (r.cores % 2) * kBuffers + b) * pair;
-        double page = pageLeast_;  // a range of kPageSteps tiles or more holds every place
-        if (r.tiHi - r.tiLo + 1 < kPageSteps) {
-            page = INFINITY;
-            for (int64_t ti = r.tiHi; ti >= r.tiLo; --ti) page = std::min(page, page_[ti % kPageSteps]);
-        }
-        int set = kTailAny;
-        if (r.eLo == r.eHi) {
-            const int64_t bytes = r.eLo * (kPageStepBytes / r.stepElems);
-            if (r.tiLo * r.stepElems >= r.eLo) {  // one tile a core at every tile: the last copy is the core's
-                const int64_t a = AlignLevel(bytes, kTailGrains, kTailGrainCount);
-                double sized = INFINITY;
-                const int64_t lo = TileSizeLevel(r.tiLo * kPageStepBytes), hi = TileSizeLevel(r.tiHi * kPageStepBytes);
-                for (int64_t l = lo; l <= hi; ++l) sized = std::min(sized, size_[l]);
-                return fixed * page * sized * TailOf(a, 0) * At(kTilesXBuffers, b) * (1.0 - 1e-12);
+        const int64_t e = r.elems, se = r.stepElems, bytes = e * (kPageStepBytes / se);
+        double least = INFINITY;
+        for (int64_t ti = r.tiLo; ti <= r.tiHi;) {  // one tile count at a time
+            const int64_t t = (e + ti * se - 1) / (ti * se);
+            const int64_t last = t == 1 ? r.tiHi : std::min(r.tiHi, (e - 1) / ((t - 1) * se));
+            const int64_t bin = TilesBin(t);
+            double run = INFINITY;
+            for (; ti <= last; ++ti) {
+                const int64_t tail = bytes - (t - 1) * ti * kPageStepBytes;  // the widest core's last copy
+                run = std::min(run, page_[ti % kPageSteps] * size_[TileSizeLevel(ti * kPageStepBytes)] * TailOf(TailLevel(tail), bin));
             }
-            set = bytes % kTailGrains[0] != 0 ? kTail32 : (bytes % kTailGrains[1] != 0 ? kTail512 : kTailPages);
+            least = std::min(least, run * At(kTilesXBuffers, bin * kBuffers + b));
         }
-        double sized = INFINITY;  // per size class: its tiles' factor and their widest core's tile counts'
-        for (int64_t ti = r.tiHi; ti >= r.tiLo;) {
-            const int64_t l = TileSizeLevel(ti * kPageStepBytes);
-            const int64_t lo = std::max<int64_t>(r.tiLo, ((int64_t{1} << l) + kPageStepBytes - 1) / kPageStepBytes);
-            const int64_t fewest = TilesBin(CeilTiles(r.eLo, ti * r.stepElems));
-            const int64_t most = TilesBin(CeilTiles(r.eHi, lo * r.stepElems));
-            sized = std::min(sized, size_[l] * Least(set, fewest, most));
-            ti = lo - 1;
-        }
-        return fixed * page * sized * (1.0 - 1e-12);
+        return Fixed(r) * least * (1.0 - 1e-12);
     }
 
     /** The tile's place in the page's part of a factor (its alignment and page step), and its size class's. */
@@ -303,27 +275,25 @@ public:
     double Size(int64_t level) const { return size_[level]; }
 
 private:
-    enum TailSet : int { kTailAny, kTail32, kTail512, kTailPages, kTailSets };  // levels 0..6, 0, 1, 2..6
-    static constexpr int kSpans = 6;  // runs of 1, 2, 4, .. 32 bins: two of them cover any run of kTilesLevels
-
     double At(int feature, int64_t level) const { return t_[kOffsets.at[feature] + level]; }
     /** The last copy's alignment level a with tiles bin t: its two factors. */
     double TailOf(int64_t a, int64_t t) const { return At(kTailAlign, a) * At(kTailAlignXTiles, a * kTilesLevels + t); }
-    static int64_t CeilTiles(int64_t elems, int64_t tileElems) { return (elems + tileElems - 1) / tileElems; }
-    /** The least of a tail set's tiles factors over bins lo..hi (two overlapping runs of 2^j). */
-    double Least(int set, int64_t lo, int64_t hi) const {
-        const int j = kBinSpanOf.of[hi - lo + 1];
-        return std::min(least_[set][j][lo], least_[set][j][hi - (int64_t{1} << j) + 1]);
+    /** The factors the cores and the pairs set (the least where a range's pairs are not known). */
+    double Fixed(const RangeKnown& r) const {
+        const int64_t b = buffers_;
+        const double pair = r.pairFactor > 0.0 ? r.pairFactor
+                                               : (r.blockFactor > 0.0 ? r.blockFactor : block_) * bounds_ * structure_;
+        return At(kBufferNum, b) * At(kCores, Clamp(r.cores, 0, 64)) * At(kCoresOddXBuffers, (r.cores % 2) * kBuffers + b) *
+               pair;
     }
 
     const double* t_ = nullptr;
     int64_t buffers_ = 0;
     double block_ = 1.0, bounds_ = 1.0, structure_ = 1.0;
-    double pageLeast_ = 1.0;  // the least of page_
+    double tileSet_ = 1.0;  // the least of page_ times the least of size_ times the least tiles-and-last-copy factor
     // Filled by Set (left uninitialised before: a search that has no residual never reads them).
     double page_[kPageSteps];
     double size_[kTileSizeClasses];
-    double least_[kTailSets][kSpans][kTilesLevels];  // [set][j][t]: the least over bins t .. t + 2^j - 1
 };
 
 }  // namespace residual
