@@ -103,7 +103,7 @@ inline int64_t TailLevel(int64_t bytes) {
     static_assert(kTailGrains[0] == 32 && kTailGrains[1] == 512 && kTailGrains[kTailGrainCount - 1] == 8192, "grains");
     if (bytes == 0) return kTailGrainCount;
     const int64_t zeros = __builtin_ctzll(static_cast<uint64_t>(bytes));
-    return zeros >= 13 ? 6 : (zeros >= 9 ? zeros - 7 : (zeros >= 5 ? 1 : 0));
+    return zeros >= 13 ? kTailGrainCount : (zeros >= 9 ? zeros - 7 : (zeros >= 5 ? 1 : 0));
 }
 
 /** The tile's alignment level (its largest divisor of 1, 2, 4, 8 KiB, as its index + 1; 0: none). */

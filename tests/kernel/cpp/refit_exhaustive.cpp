@@ -74,6 +74,22 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(std::strtoull(argv[2], nullptr, 10));
     const size_t kernels = std::size(bce_grad::tuned::kKernels), socs = std::size(bce_grad::tuned::kSocs);
     int wrong = 0;
+    // the residual's bit tricks against their definitions: the last copy's level and the size class
+    for (int64_t bytes = 0; bytes <= (int64_t{1} << 16); ++bytes) {
+        namespace r = bce_grad::residual;
+        const int64_t big = bytes * 3 << 20;  // and multiples far past the grains
+        if (r::TailLevel(bytes) != r::AlignLevel(bytes, r::kTailGrains, r::kTailGrainCount) ||
+            r::TailLevel(big) != r::AlignLevel(big, r::kTailGrains, r::kTailGrainCount)) {
+            ++wrong;
+            std::printf("TailLevel(%lld) is not AlignLevel's\n", static_cast<long long>(bytes));
+        }
+        int64_t log2 = 0;
+        for (int64_t v = bytes; v > 1; v >>= 1) ++log2;
+        if (r::Log2Floor(bytes) != log2) {
+            ++wrong;
+            std::printf("Log2Floor(%lld) is not floor(log2)\n", static_cast<long long>(bytes));
+        }
+    }
     for (int i = 0; i < cases; ++i) {
         bce_grad::cost::SocModel s = bce_grad::tuned::kSocs[rng() % socs];
         bce_grad::cost::KernelModel k = bce_grad::tuned::kKernels[rng() % kernels];
