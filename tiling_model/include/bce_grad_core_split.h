@@ -45,9 +45,9 @@ struct CoreSplit {
     int64_t last;
 };
 
-/** The exact scheme's split of n > 0 elements in its `blocks` = CeilDiv(n, blockElems) blocks over at most
- *  coreNum >= 1 cores (a caller that splits one n over many core counts divides once). */
-inline CoreSplit SplitBlocks(int64_t n, int64_t blocks, int64_t blockElems, int64_t coreNum) {
+/** The exact scheme's split of n > 0 elements (blocks of blockElems, at most coreNum >= 1 cores). */
+inline CoreSplit SplitCores(int64_t n, int64_t blockElems, int64_t coreNum) {
+    const int64_t blocks = CeilDiv(n, blockElems);
     CoreSplit s;
     s.cores = coreNum < blocks ? coreNum : blocks;
     if (s.cores < 1) s.cores = 1;
@@ -57,11 +57,6 @@ inline CoreSplit SplitBlocks(int64_t n, int64_t blocks, int64_t blockElems, int6
     s.big = s.small + blockElems;
     s.last = n - (s.big * s.tailBlocks + s.small * (s.cores - 1 - s.tailBlocks));
     return s;
-}
-
-/** The exact scheme's split of n > 0 elements (blocks of blockElems, at most coreNum >= 1 cores). */
-inline CoreSplit SplitCores(int64_t n, int64_t blockElems, int64_t coreNum) {
-    return SplitBlocks(n, CeilDiv(n, blockElems), blockElems, coreNum);
 }
 
 /** The split a struct describes (any scheme) for blockDim cores. */

@@ -184,13 +184,12 @@ struct WidestKind {
     int64_t structure;  // which kinds run: 2 if small cores do, + 1 if the last core does (the residual's)
 };
 
-/** WidestOf given n's block count at this block size (CeilDiv(n, block / elem): a search asks at many core counts). */
-inline WidestKind WidestOfBlocks(int64_t n, int64_t elem, int64_t block, int64_t blocks, int64_t coreNum) {
+inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreNum) {
     static_assert(kTileStepBytes % kGmAlignBytes == 0, "every tile's stride is aligned");
     WidestKind w{0, false, true, 0};
     if (n <= 0) return w;
     CoreRun runs[3];
-    RunsOf(SplitBlocks(n, blocks, block / elem, coreNum), runs);
+    RunsOf(SplitCores(n, block / elem, coreNum), runs);
     for (const CoreRun& r : runs) {
         if (r.cores <= 0) continue;
         const bool aligned = RunStartsAligned(r, elem, kGmAlignBytes);
@@ -204,10 +203,6 @@ inline WidestKind WidestOfBlocks(int64_t n, int64_t elem, int64_t block, int64_t
     }
     w.structure = (runs[kSmallRun].cores > 0 ? 2 : 0) + (runs[kLastRun].cores > 0 ? 1 : 0);
     return w;
-}
-
-inline WidestKind WidestOf(int64_t n, int64_t elem, int64_t block, int64_t coreNum) {
-    return WidestOfBlocks(n, elem, block, n > 0 ? CeilDiv(n, block / elem) : 0, coreNum);
 }
 
 /** kd (computed for any tile) with the tiles and last-tile sizes of tiles of te elements. */
@@ -1100,7 +1095,6 @@ public:
         int64_t blockClasses[kMaxBlocks];
         for (int b = 0; b < nBlocks; ++b) {
             coresMax_[b] = SpaceCores(n, k.elemBytes, blocks[b], maxCores);
-            blockCount_[b] = n > 0 ? CeilDiv(n, blocks[b] / k.elemBytes) : 0;
             topCores_ = std::max(topCores_, coresMax_[b]);
             blockClasses[b] = ResidualBlockClass(blocks[b]);
         }
@@ -1424,7 +1418,7 @@ private:
         int count = 0;
         for (int b = 0; b < nBlocks_; ++b) {
             if (c > coresMax_[b]) continue;
-            const WidestKind widest = WidestOfBlocks(n_, k_.elemBytes, blocks_[b], blockCount_[b], c);
+            const WidestKind widest = WidestOf(n_, k_.elemBytes, blocks_[b], c);
             const Lines lines = widest.aligned ? Lines::Aligned : Lines::Misaligned;
             int i = 0;
             while (i < count && (widths[i].elems != widest.elems || widths[i].lines != lines)) ++i;
@@ -1598,7 +1592,6 @@ private:
     residual::Floors floors_;  // its floors at this buffer count (residual_ only)
     const int64_t stepElems_;  // elements per tile step
     int64_t coresMax_[kMaxBlocks] = {};
-    int64_t blockCount_[kMaxBlocks] = {};  // n's blocks at each block size
     bool curvesRise_ = false;  // the copy curves never fall: a copy of more bytes never takes less time
     int64_t widestTop_[kMaxCores + 1] = {};  // per core count: no pair's widest core holds more
     double coresBlock_[kMaxCores + 1] = {};  // per core count: the least residual block factor of its blocks
