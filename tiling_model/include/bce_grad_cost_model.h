@@ -1039,6 +1039,7 @@ struct RefitScratch {
     RefitWidth widths[kMaxCores + 1][kMaxBlocks];  // per core count: its pairs' widest cores, distinct
     int widthCount[kMaxCores + 1];                 // how many (0: not computed yet)
     int8_t widthOf[kMaxBlocks][kMaxCores + 1];     // a pair's index in its core count's widths
+    double pairResidual[kMaxBlocks][kMaxCores + 1];  // a pair's residual::Floors::PairFactor (with widthOf)
     RefitRange queue[kMaxRanges];
 };
 
@@ -1075,7 +1076,8 @@ inline int64_t SpaceCores(int64_t n, int64_t elemBytes, int64_t blockBytes, int6
  * Every floor carries the least knob correction of what it bounds (KnobFactorFloor) and the least residual
  * (queued with residual::Floors::Loose; a width, when it is the queue's first, takes Floors::Exact, tile by
  * tile, and goes back in the queue if that raised its floor), every prediction its own (ConfigFactor). The
- * seed (the bucket's tuned configuration) is predicted first: the best seen from the start. None of the drops changes the pick: what a range holds predicts at or above its floor.
+ * seed (the bucket's tuned configuration) is predicted first: the best seen from the start. None of the drops
+ * changes the pick: what a range holds predicts at or above its floor.
  * tests/tiling_model/test_engine.py checks the pick against the specification's, and
  * tests/kernel/cpp/refit_exhaustive.cpp against every configuration predicted.
  */
@@ -1424,8 +1426,9 @@ private:
             while (i < count && (widths[i].elems != widest.elems || widths[i].lines != lines)) ++i;
             if (i == count) widths[count++] = RefitWidth{widest.elems, lines, -1.0, residual_ ? INFINITY : 1.0};
             if (residual_) {
-                widths[i].residualPair = std::min(
-                    widths[i].residualPair, floors_.PairFactor(ResidualBlockClass(blocks_[b]), widest.allAligned, widest.structure));
+                const double pair = floors_.PairFactor(ResidualBlockClass(blocks_[b]), widest.allAligned, widest.structure);
+                w_.pairResidual[b][c] = pair;
+                widths[i].residualPair = std::min(widths[i].residualPair, pair);
             }
             w_.widthOf[b][c] = static_cast<int8_t>(i);
         }
@@ -1457,13 +1460,7 @@ private:
         const double factorFloor = KnobFactorFloor(s_, k_, blocks_[b], bn_, c);  // under every configuration's
         p.blockFactor = corrected_ ? s_.blockFactor[BlockClass(blocks_[b])] : 1.0;
         p.residualBlock = ResidualBlock(b);
-        double res = 1.0;
-        if (residual_) {
-            bool aligned = true;
-            for (int i = 0; i < 3; ++i) aligned = aligned && (p.kinds.counts[i] <= 0 || p.kinds.aligned[i]);
-            const int64_t structure = (p.kinds.counts[1] > 0 ? 2 : 0) + (p.kinds.counts[2] > 0 ? 1 : 0);
-            res = LooseResidual(c, 0.0, floors_.PairFactor(ResidualBlockClass(blocks_[b]), aligned, structure));
-        }
+        const double res = residual_ ? LooseResidual(c, 0.0, w_.pairResidual[b][c]) : 1.0;  // (Widths sets it)
         // at the slice's largest tile: the fewest tiles, so the least a per-tile scalar queue moves (without one,
         // the traffic is the same at every tile)
         p.trafficUs =
