@@ -8,7 +8,8 @@ run one after the other, twice, on the same random calls: the first call at a si
 table's profile, so this measures the residual's floors in the branch and bound.
 
 Run: ``.venv/bin/python benchmarks/device_header_cost.py`` (``--keys 40 --trials 16 --calls 2000``; about
-two minutes).
+two minutes); ``--keep DIR`` keeps both headers (``DIR/fitted``, ``DIR/no_residual``) for
+``benchmarks/refit_ab.py --table``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=40)
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--keep", type=Path, help="copy both exported headers here (e.g. for benchmarks/refit_ab.py)")
     a = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     device = SyntheticDevice(load_soc(SOC), a.seed, shape=a.device_shape)
@@ -76,6 +78,10 @@ def main() -> int:
         exes = {}
         for name, tables in (("without the residual", stripped), ("with the residual", fitted)):
             export_header(tables, tables / "bce_grad_tuned_table.h")
+            if a.keep:
+                kept = a.keep / tables.name
+                kept.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(tables / "bce_grad_tuned_table.h", kept / "bce_grad_tuned_table.h")
             exes[name] = build(tables / "bce_grad_tuned_table.h", tables)
         moved = sum(1 for b in residual.beta if b)
         print(f"{SOC} stand-in {a.device_shape}:{a.seed}, {a.keys} keys at {a.trials} trials; residual: "

@@ -349,6 +349,9 @@ NB_MODULE(_engine, m) {
              nb::arg("align_factors") = std::vector<double>{}, nb::arg("core_factors") = std::vector<double>{},
              nb::arg("residual_factors") = std::vector<double>{})
         .def_ro("name", &Soc::name)
+        .def_prop_ro("learned", [](const Soc& s) { return cost::Learned(s.model); },
+                     "Whether it carries a device's knob correction or residual (cost::Learned): a re-fit then "
+                     "searches every buffer count.")
         .def_prop_ro("aiv_cores", [](const Soc& s) { return s.model.aivCores; })
         .def_prop_ro("mte2_tail", [](const Soc& s) { return std::make_pair(s.mte2.slope, s.mte2.fixed); },
                      "(slope in us per byte past the last point, fixed cost at 0 bytes)")
@@ -434,6 +437,26 @@ NB_MODULE(_engine, m) {
           nb::arg("kernel"), nb::arg("soc"), nb::kw_only(), nb::arg("seed_block") = 0, nb::arg("seed_tile") = 0,
           nb::arg("seed_cores") = 0,
           "The fastest (block, tile, cores) of one BUFFER_NUM at n elements, cold L2, with the knob correction.");
+    m.def("refit_across",
+          [](int64_t n, const std::vector<int64_t>& blocks, const std::vector<std::pair<int64_t, int64_t>>& slices,
+             int64_t maxCores, const Kernel& k, const Soc& s, int64_t seedBlock, int64_t seedTile, int64_t seedCores) {
+              if (slices.size() > std::size(cost::kBufferChoices)) throw std::invalid_argument("too many buffer counts");
+              std::vector<cost::RefitSlice> parts;
+              for (const auto& [bn, top] : slices) {
+                  if (bn < 1) throw std::invalid_argument("buffer_num must be >= 1");
+                  parts.push_back(cost::RefitSlice{bn, top});
+              }
+              const std::vector<int64_t> order = RefitBlocks(blocks, 1, k);
+              nb::gil_scoped_release unlocked;
+              const cost::RefitPick p = cost::RefitAcross(n, order.data(), static_cast<int>(order.size()), parts.data(),
+                                                          static_cast<int>(parts.size()), maxCores, k.model, s.model,
+                                                          seedBlock, seedTile, seedCores);
+              return std::make_tuple(p.choice.blockBytes, p.bufferNum, p.choice.tileBytes, p.choice.coreNum);
+          },
+          nb::arg("n"), nb::arg("blocks"), nb::arg("slices"), nb::arg("max_cores"), nb::arg("kernel"), nb::arg("soc"),
+          nb::kw_only(), nb::arg("seed_block") = 0, nb::arg("seed_tile") = 0, nb::arg("seed_cores") = 0,
+          "The fastest (block, buffer_num, tile, cores) over slices of (buffer_num, tile_top), in the space's order, "
+          "each slice bounded by those before it (cost::RefitAcross); buffer_num -1 when no tile fits any.");
     m.def("refit_stats",
           [](int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64_t tileTop, int64_t maxCores,
              const Kernel& k, const Soc& s) {

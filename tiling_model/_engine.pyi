@@ -124,6 +124,8 @@ class Soc:
     @property
     def name(self) -> str: ...
     @property
+    def learned(self) -> bool: ...
+    @property
     def aiv_cores(self) -> int: ...
     @property
     def mte2_tail(self) -> tuple[float, float]: ...
@@ -252,6 +254,18 @@ def refit(
     seed_tile: int = 0,
     seed_cores: int = 0,
 ) -> RefitChoice: ...
+def refit_across(
+    n: int,
+    blocks: list[int],
+    slices: list[tuple[int, int]],
+    max_cores: int,
+    kernel: Kernel,
+    soc: Soc,
+    *,
+    seed_block: int = 0,
+    seed_tile: int = 0,
+    seed_cores: int = 0,
+) -> tuple[int, int, int, int]: ...
 def pipelines(
     kinds: Kinds, tile_elems: int, buffer_num: int, kernel: Kernel, soc: Soc, hit: float
 ) -> tuple[

@@ -249,6 +249,39 @@ def refit(
     )
 
 
+def refit_across(
+    kernel: ElementwiseKernel,
+    soc: SocProfile,
+    n: int,
+    blocks: tuple[int, ...],
+    slices: list[tuple[int, int]],
+    seed: tuple[int, int, int] | None = None,
+) -> tuple[int, int, int, int] | None:
+    """The model's fastest (block, buffer_num, tile, cores) over ``slices`` of (buffer count, tile top), each
+    with every one of ``blocks``: what ``space.score_space(..., blocks_only=blocks)``'s best over those buffer
+    counts is (the space's order). The slices are searched in the order given, each bounded by those
+    before it: the likeliest first is fastest. None when no tile fits any."""
+    seed_block, seed_tile, seed_cores = seed if seed is not None else (0, 0, 0)
+    block, bn, tile, cores = _engine.refit_across(
+        int(n),
+        list(blocks),
+        slices,
+        soc.aiv_cores,
+        kernel_model(kernel),
+        soc_model(soc),
+        seed_block=seed_block,
+        seed_tile=seed_tile,
+        seed_cores=seed_cores,
+    )
+    return (block, bn, tile, cores) if bn > 0 else None
+
+
+def learned(soc: SocProfile) -> bool:
+    """Whether the profile carries a device's knob correction or residual (the engine's ``cost::Learned``): a
+    re-fit at an untimed size then searches every buffer count."""
+    return soc_model(soc).learned
+
+
 def core_kinds(
     n: int, elem: int, block_bytes: np.ndarray, buffer_num: np.ndarray, tile_bytes: np.ndarray, core_num: np.ndarray
 ) -> CoreKinds:

@@ -21,7 +21,7 @@ from tiling_model import SocProfile, TilingParams, Variant, _engine, compute_til
 from tiling_model.correction import IDENTITY, KnobCorrection
 from tiling_model.cost import engine_kinds, kinds_of, predict_detail
 from tiling_model.model_types import SteadyL2
-from tiling_model.pick import model_best
+from tiling_model.pick import model_best, refit
 from tiling_model.residual import NONE, WIDTH, Residual
 from tiling_model.space import BLOCK_CHOICES, ScoredSpace, enumerate_space, score_space, tile_choices
 from tiling_model.tiling import TilingData, TilingError
@@ -156,6 +156,37 @@ def test_the_refit_picks_what_the_specification_picks(
     got = engine.refit(k, soc, n, tuple(blocks), bn, int(tile_choices(k, soc, bn)[-1]), seed)
     assert (got.block_bytes, got.tile_bytes, got.core_num) == (want.block_bytes, want.tile_bytes, want.core_num)
     assert got.us == full.result.predicted_us.min()
+
+
+@settings(max_examples=60, deadline=None)
+@given(variants, sizes, st.sampled_from(SOCS), st.data())
+def test_the_refit_across_buffer_counts_picks_what_the_specification_picks(
+    v: Variant, n: int, soc_name: str, data: st.DataObject
+) -> None:
+    """Each buffer count's search bounded by the ones before it, in any order: the whole space's best."""
+    soc, k = corrected(soc_name, data.draw(st.none() | st.integers(0, 1000))), kernel(v, n)
+    slices = [(bn, int(t[-1])) for bn in k.allowed_buffer_nums() if (t := tile_choices(k, soc, bn)).size]
+    assume(slices)
+    full = spec_space(v, n, soc)
+    want = full.params(full.best_index())
+    got = engine.refit_across(k, soc, n, BLOCK_CHOICES, list(data.draw(st.permutations(slices))))
+    assert got == (want.block_bytes, want.buffer_num, want.tile_bytes, want.core_num)
+
+
+@pytest.mark.parametrize("n", [3_001, 70_001, 1_000_003, 9_000_001])
+def test_a_device_fitted_profile_refits_every_buffer_count_a_shipped_one_keeps_the_buckets(n: int) -> None:
+    """pick.refit: with a device's correction or residual the model chooses the buffer count at an untimed
+    size (the whole space's best); with a shipped profile the bucket's BUFFER_NUM stays."""
+    v = Variant("float32", "none")
+    shipped, fitted = load_soc("Ascend910B2"), corrected("Ascend910B2", 4)
+    assert engine.learned(fitted) and not engine.learned(shipped)
+    bucket = TilingParams(512, 1, 4096, 8)  # single buffering: rarely the model's best
+    assert refit(n, v, shipped, bucket).buffer_num == 1
+    got, best = refit(n, v, fitted, bucket), model_best(n, v, fitted).params
+    assert best.buffer_num != 1
+    assert (got.block_bytes, got.buffer_num, got.tile_bytes, got.core_num) == (
+        best.block_bytes, best.buffer_num, best.tile_bytes, best.core_num
+    )  # fmt: skip
 
 
 @settings(max_examples=25, deadline=None)

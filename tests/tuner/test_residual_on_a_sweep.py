@@ -71,7 +71,7 @@ def test_the_sweeps_table_carries_its_residual_and_the_build_tiles_as_the_servic
     """The learner fits the residual on top of the knob correction; the table's profile carries it (its
     summary says what it learnt); the exported header carries its factors to the bit, and the C++ host
     tiling built with that header picks the knobs, struct and block dim the service picks from the table
-    at random untimed sizes (most of them re-fits, which search with the residual)."""
+    at random untimed sizes (most of them re-fits, which search every buffer count with the residual)."""
     tmp, table, _ = swept
     profile = table.profile()
     assert not profile.residual.identity and table.device["fit"]["residual"]["factors"]
@@ -85,10 +85,14 @@ def test_the_sweeps_table_carries_its_residual_and_the_build_tiles_as_the_servic
     calls = [(SOC.name, variants[rng.integers(len(variants))], int(np.exp(rng.uniform(np.log(2e4), np.log(2e7)))))
              for _ in range(150)]  # fmt: skip
     answers = CachedAnswers({SOC.name: table})
-    refits = 0
+    refits = other_buffers = 0
     for (soc, v, n), got in zip(calls, query_host_tiling(calls, exe), strict=True):
         want = answers.resolve(Query(soc, (n,), v, (), 0))
         assert got.params.as_dict() == want["params"], (v.label(), n)
         assert got.fields == tuple(want["tiling"].values()) and got.block_dim == want["block_dim"], (v.label(), n)
         refits += got.refitted
+        entry = table.lookup(v, n)
+        other_buffers += entry is not None and got.params.buffer_num != entry.tiling_params().buffer_num
     assert refits > 100
+    # a device's table re-fits over every buffer count (pick.refit): some untimed sizes leave the bucket's
+    assert other_buffers > 0

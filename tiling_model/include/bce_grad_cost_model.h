@@ -987,14 +987,16 @@ struct RefitStats {
 };
 
 struct RefitChoice {
-    int64_t blockBytes;  // -1: no tile fits
+    int64_t blockBytes;  // -1: no tile fits (or, under a bound, none ties it)
     int64_t tileBytes;
     int64_t coreNum;
-    double us;
+    double us;            // the least prediction seen (the bound, if none was less)
+    double key = INFINITY;  // TieKey of the pick's own prediction
 };
 
 constexpr int64_t kMaxCores = 64;    // vector cores of a SoC the re-fit spreads over, at most
 constexpr int kMaxBlocks = 16;       // block sizes one re-fit chooses among, at most
+constexpr int64_t kBufferChoices[] = {1, 2, 3, 4};  // BUFFER_NUMs of the search space (space.BUFFER_CHOICES)
 constexpr int64_t kMaxTiles = 1023;  // tile choices one re-fit walks, at most (512 B .. 511.5 KiB)
 constexpr int kMaxRanges = 4096;     // ranges waiting at once; past it a range is searched tile by tile at once
 
@@ -1119,6 +1121,10 @@ public:
         }
     }
 
+    /** A prediction from outside the slice (another buffer count's best): nothing that cannot tie it is searched
+     *  for, and the search picks nothing (block -1) where nothing of the slice ties or beats it. */
+    void Bound(double us) { bestUs_ = std::min(bestUs_, us); }
+
     /** The seed configuration (any of the slice, else ignored), predicted: the best seen before the search. */
     void Seed(int64_t block, int64_t tile, int64_t cores) {
         for (int b = 0; b < nBlocks_; ++b) {
@@ -1155,7 +1161,7 @@ public:
                 OpenWidth(r);
             }
         }
-        return RefitChoice{best_.block, best_.tile, best_.cores, bestUs_};
+        return RefitChoice{best_.block, best_.tile, best_.cores, bestUs_, best_.key};
     }
 
 private:
@@ -1599,16 +1605,59 @@ private:
 };
 
 /** RefitSearch over one slice: tiles up to tileTop, the blocks in descending order, 1 to maxCores cores;
- *  the seed (any configuration of the slice, or none) only speeds it up. */
+ *  the seed (any configuration of the slice, or none) only speeds it up; a bound (RefitSearch::Bound) leaves
+ *  out what cannot tie it. */
 inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t bn, int64_t tileTop, int64_t maxCores,
                          const KernelModel& k, const SocModel& s, int64_t seedBlock, int64_t seedTile,
-                         int64_t seedCores, RefitStats* stats = nullptr) {
+                         int64_t seedCores, RefitStats* stats = nullptr, double bound = INFINITY) {
     const int64_t tiles = std::min(tileTop / kTileStepBytes, kMaxTiles);
     if (n <= 0 || nBlocks <= 0 || nBlocks > kMaxBlocks || tiles < 1) return RefitChoice{-1, -1, -1, INFINITY};
     static thread_local RefitScratch scratch;  // ~290 KiB per thread, reused: not on the stack, not allocated per call
     RefitSearch search(scratch, n, blocks, nBlocks, bn, tiles, maxCores, k, s, stats);
+    search.Bound(bound);
     search.Seed(seedBlock, seedTile, seedCores);
     return search.Run();
+}
+
+/** Whether the SoC's model carries what a sweep learnt on a device (a knob correction or a residual): its
+ *  re-fit at an untimed size searches every buffer count (RefitAcross), not only the bucket's. */
+inline bool Learned(const SocModel& s) { return s.blockFactor != nullptr || s.residualFactor != nullptr; }
+
+/** One buffer count's slice of RefitAcross: tiles up to tileTop bytes (below kTileStepBytes: none fits). */
+struct RefitSlice {
+    int64_t bufferNum;
+    int64_t tileTop;
+};
+
+/** RefitAcross's pick: the slice's choice and its buffer count (-1: no tile fits any slice). */
+struct RefitPick {
+    RefitChoice choice;
+    int64_t bufferNum;
+};
+
+/**
+ * The fastest configuration of several buffer counts' slices (every block, core count and tile of each), in the
+ * space's order (ConfigBefore): what score_space(...).best_index() picks over them. The slices are searched in
+ * the order given, each bounded by the least prediction of those before it (a slice that cannot tie it ends
+ * fast: give the likeliest first, the bucket's). Same pick in any order.
+ */
+inline RefitPick RefitAcross(int64_t n, const int64_t* blocks, int nBlocks, const RefitSlice* slices, int count,
+                             int64_t maxCores, const KernelModel& k, const SocModel& s, int64_t seedBlock,
+                             int64_t seedTile, int64_t seedCores, RefitStats* stats = nullptr) {
+    RefitPick best{RefitChoice{-1, -1, -1, INFINITY}, -1};
+    double bound = INFINITY;
+    for (int i = 0; i < count; ++i) {
+        const RefitChoice c = Refit(n, blocks, nBlocks, slices[i].bufferNum, slices[i].tileTop, maxCores, k, s,
+                                    seedBlock, seedTile, seedCores, stats, bound);
+        if (c.blockBytes <= 0) continue;
+        bound = std::min(bound, c.us);
+        const ConfigKey key{c.key, slices[i].bufferNum, c.tileBytes, c.coreNum, c.blockBytes};
+        const RefitChoice& b = best.choice;
+        if (best.bufferNum < 0 || ConfigBefore(key, ConfigKey{b.key, best.bufferNum, b.tileBytes, b.coreNum, b.blockBytes})) {
+            best = RefitPick{c, slices[i].bufferNum};
+        }
+    }
+    return best;
 }
 
 }  // namespace cost

@@ -3,7 +3,8 @@
 // table (a quarter of them with the seed kernel's per-tile scalar queue), block subsets, buffer counts, core
 // caps, tile tops, seeds (valid or not), knob corrections and residuals (bce_grad_residual.h); and the same search with a queue of 4 ranges,
 // where the full queue's fallback does most of the work; and WidestOf
-// (what the search bounds each pair by) against KindsOf for every block and core count of each case.
+// (what the search bounds each pair by) against KindsOf for every block and core count of each case; and, for a
+// quarter of the cases, the re-fit across buffer counts (RefitAcross) against every slice's exhaustive pick.
 // Prints one line per disagreement and a summary; exits 1 on any.
 // Usage: refit_exhaustive <cases> <seed>
 #include <algorithm>
@@ -168,6 +169,42 @@ int main(int argc, char** argv) {
                         static_cast<long long>(got.tileBytes), static_cast<long long>(got.coreNum), got.us,
                         static_cast<long long>(want.block), static_cast<long long>(want.tile),
                         static_cast<long long>(want.cores), want.us);
+        }
+        // a quarter: every buffer count at once (RefitAcross, each slice bounded by those before it, in a random
+        // order) against each slice's exhaustive pick in the space's order (ConfigBefore)
+        if (rng() % 4 != 0) continue;
+        bce_grad::cost::RefitSlice slices[4];
+        int count = 0;
+        for (int64_t b = 1; b <= 4; ++b) {
+            if (rng() % 5 == 0) continue;
+            slices[count++] = bce_grad::cost::RefitSlice{
+                b, bce_grad::cost::kTileStepBytes * static_cast<int64_t>(rng() % (rng() % 2 ? 60 : 380))};  // 0: none fits
+        }
+        std::shuffle(slices, slices + count, rng);
+        const bce_grad::cost::RefitPick across = bce_grad::cost::RefitAcross(
+            n, blocks.data(), static_cast<int>(blocks.size()), slices, count, maxCores, k, s, seedBlock, seedTile, seedCores);
+        Pick best;
+        int64_t bestBn = -1;
+        for (int j = 0; j < count; ++j) {
+            const Pick p = Exhaustive(n, blocks, slices[j].bufferNum, slices[j].tileTop / bce_grad::cost::kTileStepBytes,
+                                      maxCores, k, s);
+            if (p.block < 0) continue;
+            const bce_grad::cost::ConfigKey key{p.key, slices[j].bufferNum, p.tile, p.cores, p.block};
+            if (bestBn < 0 || bce_grad::cost::ConfigBefore(key, {best.key, bestBn, best.tile, best.cores, best.block})) {
+                best = p;
+                bestBn = slices[j].bufferNum;
+            }
+        }
+        if (across.bufferNum != bestBn || (bestBn > 0 && (across.choice.blockBytes != best.block ||
+                                                          across.choice.tileBytes != best.tile ||
+                                                          across.choice.coreNum != best.cores))) {
+            ++wrong;
+            std::printf("case %d: %s n=%lld across %d buffer counts: (%lld, %lld, %lld, %lld), exhaustive (%lld, %lld, %lld, "
+                        "%lld)\n",
+                        i, s.name, static_cast<long long>(n), count, static_cast<long long>(across.choice.blockBytes),
+                        static_cast<long long>(across.bufferNum), static_cast<long long>(across.choice.tileBytes),
+                        static_cast<long long>(across.choice.coreNum), static_cast<long long>(best.block),
+                        static_cast<long long>(bestBn), static_cast<long long>(best.tile), static_cast<long long>(best.cores));
         }
     }
     std::printf("%d cases, %d disagreements\n", cases, wrong);
