@@ -1,8 +1,8 @@
 """Regret of the shipped tables on held-out sizes, by SoC: the predicted time of a policy's knobs at the
 exact size over the best of the whole search space at that size (model backend, noise-free), for
 
-- ``service``: what ``POST /tiling`` answers (the bucket's BUFFER_NUM; block, cores and tile re-fit by
-  the model at the exact size: ``tiling_model.pick.refit``),
+- ``service``: what ``POST /tiling`` answers (the bucket's BUFFER_NUM, as the shipped tables are not
+  device-fitted; block, cores and tile re-fit by the model at the exact size: ``tiling_model.pick.refit``),
 - ``build``: what the CANN build's TilingFunc does (``bce_grad::TunedKnobs``, the C++ header, run
   through ``kernel.host_tiling``; it should equal ``service``: the parity test says so),
 - ``nearest``: the bucket's knobs unchanged (what the C++ header did before it re-fit).

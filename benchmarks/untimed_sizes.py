@@ -8,20 +8,24 @@ against the buffer count, an odd core count), a device-loop sweep of ``--keys`` 
 trials (``tuner.study.tune`` with the learner, as ``run_sweep`` runs it). Then ``--judged`` of its keys,
 each at two sizes it never timed (x0.61 and x1.37), true regret over the exhaustive optimum of:
 
-- the shipped model's re-fit (the bucket's BUFFER_NUM kept: what the service and the build do);
-- the sweep's fitted profile without its residual (hardware and knob correction) in the same re-fit:
-  what shipped before the residual;
+- the shipped model's re-fit (the bucket's BUFFER_NUM kept: what the service and the build do with the
+  shipped tables);
+- the sweep's fitted profile without its residual (hardware and knob correction) in the service's re-fit
+  (``pick.refit``: a fitted profile's re-fit searches every buffer count);
 - the fitted profile as the table carries it (the hardware, and the learned residual over the realised
-  tiling in the knob correction's place where held-out keys say so: ``tiling_model.residual``) in the
-  same re-fit: what the service and the build answer now;
-- that profile scoring the whole space (every buffer count);
+  tiling in the knob correction's place where held-out keys say so: ``tiling_model.residual``), re-fit
+  keeping the bucket's BUFFER_NUM: what the service and the build answered before they searched every
+  buffer count;
+- that profile in ``pick.refit`` (every buffer count): what the service and the build answer now;
 - the fitted hardware and correction with a residual fitted on top of the correction, whole space (the
   alternative not taken);
 - the floor: a model that knows every effect the device shares across sizes (all but the
   per-configuration part), whole space.
 
-Last, what one re-fit costs with the residual and without it (the engine called from Python, the same
-sizes, side by side): its floors carry the residual's least over each range, so it predicts more.
+Last, what one re-fit costs (the engine called from Python, the same sizes, side by side): the fitted
+profile without the residual keeping the bucket's buffer count, and what ships (the residual, every buffer
+count, each bounded by the best of those before it): its floors carry the residual's least over each
+range, so it predicts more.
 
 The residual is fitted on every measurement of the sweep; where its held-out check fails it is 1.
 Configurations are scored without the validation the service adds (the truth times any of them).
@@ -69,16 +73,29 @@ def whole_space_pick(variant: Variant, n: int, profile: SocProfile) -> TilingPar
     return scored.params(scored.best_index())
 
 
-def refit_us(variant: Variant, n: int, profile: SocProfile, bucket: TilingParams) -> float:
-    """Microseconds of one engine re-fit of the bucket's buffer count at n (best of 3; the Python call
-    included): what the service and the build spend on an untimed size."""
+def bucket_refit(variant: Variant, n: int, profile: SocProfile, bucket: TilingParams) -> TilingParams:
+    """The profile's best at n of the bucket's buffer count only (the re-fit before it searched every one)."""
     kernel = bce_grad_kernel(variant, classes=1)
     bn = int(bucket.buffer_num or 2)
-    top = int(tile_choices(kernel, profile, bn)[-1])
+    c = engine.refit(kernel, profile, n, BLOCK_CHOICES, bn, int(tile_choices(kernel, profile, bn)[-1]))
+    return TilingParams(c.block_bytes, bn, c.tile_bytes, c.core_num)
+
+
+def refit_us(variant: Variant, n: int, profile: SocProfile, bucket: TilingParams, every: bool) -> float:
+    """Microseconds of one engine re-fit at n (best of 3; the Python call included): of the bucket's buffer
+    count, or of every one, the bucket's first (``every``: what the service and the build spend on an
+    untimed size of a device's table)."""
+    kernel = bce_grad_kernel(variant, classes=1)
+    bn = int(bucket.buffer_num or 2)
+    slices = [(b, int(t[-1])) for b in kernel.allowed_buffer_nums() if (t := tile_choices(kernel, profile, b)).size]
+    slices.sort(key=lambda s: s[0] != bn)
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
-        engine.refit(kernel, profile, n, BLOCK_CHOICES, bn, top)
+        if every:
+            engine.refit_across(kernel, profile, n, BLOCK_CHOICES, slices)
+        else:
+            engine.refit(kernel, profile, n, BLOCK_CHOICES, bn, slices[0][1])
         best = min(best, time.perf_counter() - t0)
     return best * 1e6
 
@@ -96,8 +113,8 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, expl
     on_top = rehashed(replace(without, residual=fitted_residual(learner, without)))
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(keys), size=min(judged, len(keys)), replace=False))
-    names = ("shipped model, re-fit (bucket's buffers)", "fitted, no residual, re-fit (before)",
-             "fitted + residual, re-fit (what ships)", "fitted + residual, whole space",
+    names = ("shipped model, re-fit (bucket's buffers)", "fitted, no residual, re-fit (every buffer)",
+             "fitted + residual, bucket's buffers (before)", "fitted + residual, re-fit (what ships)",
              "residual on top of the correction, whole space", "floor: every shared effect")  # fmt: skip
     regrets: dict[str, list[float]] = {name: [] for name in names}
     timed = [sweep["regret"][i] for i in chosen]
@@ -112,14 +129,15 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, expl
             picks = (
                 refit(n, key.variant, device.soc, bucket),
                 refit(n, key.variant, without, bucket),
+                bucket_refit(key.variant, n, model.profile, bucket),
                 refit(n, key.variant, model.profile, bucket),
-                whole_space_pick(key.variant, n, model.profile),
                 whole_space_pick(key.variant, n, on_top),
                 floor,
             )
             for name, p in zip(names, picks, strict=True):
                 regrets[name].append(device.true_us(key.variant, n, p) / best - 1.0)
-            cost.append((refit_us(key.variant, n, without, bucket), refit_us(key.variant, n, model.profile, bucket)))
+            cost.append((refit_us(key.variant, n, without, bucket, False),
+                         refit_us(key.variant, n, model.profile, bucket, True)))  # fmt: skip
     explored = (f" + {len(sweep['explored'])} sizes between them that teach most, all at {each} trials"
                 if explore else f" at {trials} trials")  # fmt: skip
     print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys{explored} ({sum(sweep['samples'])} launches), "
@@ -136,8 +154,9 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, expl
     for name in names:
         print(_row(f"untimed: {name}", regrets[name]))
     before, after = np.array(cost).T
-    print(f"  one re-fit (engine from Python, best of 3), median / p90 / worst: without the residual "
-          f"{np.median(before):.1f} / {np.percentile(before, 90):.1f} / {before.max():.1f} us, with it "
+    print(f"  one re-fit (engine from Python, best of 3), median / p90 / worst: without the residual, the bucket's "
+          f"buffers "
+          f"{np.median(before):.1f} / {np.percentile(before, 90):.1f} / {before.max():.1f} us, what ships "
           f"{np.median(after):.1f} / {np.percentile(after, 90):.1f} / {after.max():.1f} us (median ratio "
           f"{np.median(after / before):.2f}x)", flush=True)  # fmt: skip
 

@@ -326,8 +326,9 @@ class TilingResponse(BaseModel):
     predicted_interval_basis: str = Field(description="which band the interval is, and why that one")
     roofline_us: float
     source: Literal["exact", "bucket", "model"] = Field(
-        description="exact: tuned at this size; bucket: the size bucket's BUFFER_NUM with block, cores and "
-        "tile re-fitted by the model at this size; model: the model's best over the whole space"
+        description="exact: tuned at this size; bucket: the size bucket's BUFFER_NUM (of a table tuned on a "
+        "device: every BUFFER_NUM) with block, cores and tile re-fitted by the model at this size; model: the "
+        "model's best over the whole space"
     )
     provenance: Provenance
 

@@ -2,10 +2,11 @@
 ``python -m model_tools tiling`` and the PyTorch operator (``kernel.torch_op``) use too.
 
 A tuned entry where the table was tuned at the exact size; between entries the size bucket's
-BUFFER_NUM with block size, core count and tile re-fitted by the cost model at the exact size (what the
-CANN build's TilingFunc does too); the model's best over the whole space where no table applies. Knobs
-the request fixes override the answer's. Every tiling is validated before it is returned; a table's
-SoC profile (the device it was tuned on, where it carries one) is the one its answers use.
+BUFFER_NUM (every BUFFER_NUM where the table was tuned on a device) with block size, core count and tile
+re-fitted by the cost model at the exact size (what the CANN build's TilingFunc does too); the model's
+best over the whole space where no table applies. Knobs the request fixes override the answer's. Every
+tiling is validated before it is returned; a table's SoC profile (the device it was tuned on, where it
+carries one) is the one its answers use.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class Resolver:
                 "device_fitted": table.device is not None,
             }
             params = entry.tiling_params()
-            if entry.size != n or seeded:  # keep the bucket's BUFFER_NUM, re-fit block, cores and tile
+            if entry.size != n or seeded:  # re-fit block, cores and tile (a device's fit: BUFFER_NUM too)
                 refitted = refit_tiling(list(r.shape), r.variant, soc, params, r.classes, r.weight_period)
                 if refitted is not None:  # validated
                     return Resolution(refitted, "bucket", prov, soc)

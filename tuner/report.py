@@ -40,8 +40,8 @@ def held_out_regret(
     table: TuningTable, count: int, seed: int = 7, policy: str = "refit", progress: bool = False
 ) -> Regret:
     """Regret of the unseen-size policy on ``count`` log-uniform held-out sizes (model, noise-free):
-    ``refit`` (what the service and the C++ build do: the bucket's BUFFER_NUM, block, cores and tile
-    re-fit at the exact size) or ``nearest`` (the bucket's knobs as they are)."""
+    ``refit`` (what the service and the C++ build do: the bucket's BUFFER_NUM, or with a device's fit every
+    one, block, cores and tile re-fit at the exact size) or ``nearest`` (the bucket's knobs as they are)."""
     soc = load_soc(table.soc)
     variants = sorted({e.variant for e in table.entries}, key=variant_order)
     sizes = sorted({e.size for e in table.entries})

@@ -2,7 +2,8 @@
  * What the build ships: the tuned knobs of a call (bce_grad_tuned_table.h, generated from the
  * service's tables) and, at a size the tables were not tuned at, the service's unseen-size policy:
  * keep the bucket's BUFFER_NUM, re-fit the block size, core count and tile with the cost model at the
- * exact size (bce_grad_cost_model.h). So the compiled operator tiles every call as `POST /tiling`
+ * exact size (bce_grad_cost_model.h); with a device's table (a learned correction or residual: cost::Learned)
+ * choose the BUFFER_NUM too (cost::RefitAcross). So the compiled operator tiles every call as `POST /tiling`
  * answers it (tests/kernel/test_tuned_header.py: the same knobs on thousands of random sizes per SoC).
  *
  * Pure C++17, no CANN headers, no heap allocation: the TilingFunc (bce_grad_tiling.cpp) calls TunedTiling.
@@ -68,9 +69,11 @@ inline bool BufferNumAllowed(const cost::KernelModel& k, int64_t bufferNum) {
 /**
  * The knobs the build uses for n elements: the tuned entry's where it was tuned at n; at any other
  * size, or for a weight form served from the full weight's entries (seeded), its BUFFER_NUM with the
- * block size, core count and tile the model finds fastest at n (the service's policy, pick.refit);
- * the entry's own knobs if no tile of that BUFFER_NUM fits; the scheme's defaults (all 0) where no
- * entry applies. refitted says whether the model chose.
+ * block size, core count and tile the model finds fastest at n (the service's policy, pick.refit), or,
+ * where the SoC's model was fitted on a device, the fastest of every allowed BUFFER_NUM (the bucket's
+ * searched first: its best bounds the others); the entry's own knobs if no tile fits (or the entry's
+ * BUFFER_NUM is not allowed); the scheme's defaults (all 0) where no entry applies. refitted says whether
+ * the model chose.
  */
 inline Knobs TunedKnobs(const char* soc, int64_t n, const Variant& v, const Platform& p, bool* refitted = nullptr,
                         cost::RefitStats* stats = nullptr) {

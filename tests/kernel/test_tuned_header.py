@@ -2,7 +2,8 @@
 
 The generated header (``kernel/op_host/bce_grad_tuned_table.h``) is current with the shipped tables,
 its indexed lookup finds the tables' buckets, and the C++ unseen-size policy (``TunedKnobs``: the
-bucket's BUFFER_NUM, block size, core count and tile re-fit by the C++ port of the cost model)
+bucket's BUFFER_NUM, block size, core count and tile re-fit by the C++ port of the cost model; a device
+table's every BUFFER_NUM: tests/tuner/test_residual_on_a_sweep.py)
 chooses the same knobs and the same tiling struct as ``POST /tiling`` on thousands of random sizes
 and variants per SoC.
 """
