@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -93,16 +94,57 @@ def test_shipped_910b2_profile_is_the_calibrated_one() -> None:
     assert sorted(errors)[len(errors) // 2] < 0.10
 
 
+HELD_OUT_FIGURE = re.compile(r"leave-one-operator-out (\d+\.\d)%")
+
+
+def _differences(got: object, want: object, where: str = "") -> list[str]:
+    """Where two profile documents differ: exactly, but for the held-out figures (``loo_*``, ``intervals`` and
+    the sources' "leave-one-operator-out X%"), which come from seven least-squares fits whose last digits follow
+    the machine's BLAS kernels (an AMD EPYC host read 0.1365 where the profiles were written with 0.1364):
+    those within a unit of their last printed digit."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        if got.keys() != want.keys():
+            return [f"{where}: keys {sorted(got)} != {sorted(want)}"]
+        return [d for k in want for d in _differences(got[k], want[k], f"{where}/{k}")]
+    if isinstance(want, list) and isinstance(got, list):
+        if len(got) != len(want):
+            return [f"{where}: {len(got)} items != {len(want)}"]
+        return [d for i, (g, w) in enumerate(zip(got, want, strict=True)) for d in _differences(g, w, f"{where}[{i}]")]
+    held_out = "/loo_" in where or "/intervals" in where
+    if held_out and isinstance(want, float) and isinstance(got, float):
+        return [] if abs(got - want) <= 1.01e-4 else [f"{where}: {got} != {want}"]
+    if isinstance(want, str) and isinstance(got, str):
+        gs, ws = HELD_OUT_FIGURE.findall(got), HELD_OUT_FIGURE.findall(want)
+        same_text = HELD_OUT_FIGURE.sub("", got) == HELD_OUT_FIGURE.sub("", want) and len(gs) == len(ws)
+        if same_text and all(abs(float(g) - float(w)) <= 0.101 for g, w in zip(gs, ws, strict=True)):
+            return []
+    return [] if got == want else [f"{where}: {got!r} != {want!r}"]
+
+
 def test_shipped_profiles_are_what_calibrate_write_makes() -> None:
-    """Every shipped profile is `python -m model_tools calibrate --write`'s output on the shipped data, to the
-    byte: a constant edited by hand (or a writer changed) without the refit and re-sweep it needs fails here."""
+    """Every shipped profile is `python -m model_tools calibrate --write`'s output on the shipped data, in the
+    writer's format and with its values (the held-out figures to their last digit, see _differences): a
+    constant edited by hand (or a writer changed) without the refit and re-sweep it needs fails here."""
     from model_tools import crossval as cv
     from tiling_model.soc import profile_dir
 
     cal = cv.calibrate_all(ROOT / "data" / "calibration", SOC)
     for name, text in cal.profile_texts([f"data/calibration/{f}" for f in cv.CALIBRATION_FILES]).items():
         shipped = (Path(str(profile_dir())) / f"{name}.json").read_text()
-        assert text == shipped, f"{name}: run python -m model_tools calibrate --write"
+        assert json.dumps(json.loads(shipped), indent=2) + "\n" == shipped, f"{name}: not in the writer's format"
+        wrong = _differences(json.loads(text), json.loads(shipped))
+        assert not wrong, f"{name}: run python -m model_tools calibrate --write: {wrong[:5]}"
+
+
+def test_a_held_out_figure_may_move_in_its_last_digit_and_nothing_else() -> None:
+    doc = {"calibration": {"loo_median": 0.1364, "median": 0.109, "intervals": {"all": [0.87, 1.2505]}},
+           "sources": {"x": "fitted (leave-one-operator-out 13.6%)"}}  # fmt: skip
+    moved = json.loads(
+        json.dumps(doc).replace("0.1364", "0.1365").replace("1.2505", "1.2506").replace("13.6%", "13.7%")
+    )
+    assert _differences(moved, doc) == []
+    for edit in (("0.1364", "0.1366"), ("0.109", "0.1091"), ("13.6%", "13.8%"), ("fitted", "guessed")):
+        assert _differences(json.loads(json.dumps(doc).replace(*edit)), doc), edit
 
 
 def test_records_are_read_and_bad_lines_named(tmp_path: Path) -> None:

@@ -142,7 +142,8 @@ def test_the_watcher_reports_every_failed_reload_once_and_keeps_watching(tmp_pat
 
 
 async def _pictures_with(url: str, forwarded: list[str]) -> list[int]:
-    async with httpx.AsyncClient(timeout=60) as c:
+    # six plots at once: on a 2-core CI host beside the other tests a minute was not always enough
+    async with httpx.AsyncClient(timeout=180) as c:
         got = await asyncio.gather(
             *(c.post(url + "/tiling/plot/landscape", json={"shape": [6000 + i, 41], "dtype": "float32"},
                      headers={"x-forwarded-for": f}) for i, f in enumerate(forwarded))
