@@ -30,11 +30,11 @@ def refit(
     """The unseen-size policy: the model chooses the block size, core count and tile at the exact size
     (what depends on n: how the elements divide over cores and tiles) and, with a profile fitted on a
     device (a knob correction or a residual: ``engine.learned``), the buffer count too: the corrected model
-    knows the device's buffer effects, and every buffer count at an untimed size left less regret on
-    stand-in devices (docs/benchmarks/untimed-sizes.md). With the shipped profiles (the tables tuned on the
-    model itself) the bucket's BUFFER_NUM is kept: it is already the model's. Falls back to ``tuned`` if no
-    configuration is valid. (Keeping the bucket's block too left up to 1.9% of regret on held-out sizes:
-    a block that divided the tuned size well can divide n badly.)"""
+    knows the device's buffer effects (on nine stand-in devices every buffer count left 1.1 points more
+    untimed sizes within 2% on average, -2 to +4: docs/benchmarks/untimed-sizes.md). With the shipped
+    profiles (the tables tuned on the model itself) the bucket's BUFFER_NUM is kept: it is already the
+    model's. Falls back to ``tuned`` if no configuration is valid. (Keeping the bucket's block too left up
+    to 1.9% of regret on held-out sizes: a block that divided the tuned size well can divide n badly.)"""
     t = refit_tiling([n], variant, soc, tuned, classes, weight_period)
     return TilingParams(**t.params.as_dict()) if t is not None else tuned
 

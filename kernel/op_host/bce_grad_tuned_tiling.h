@@ -92,35 +92,24 @@ inline Knobs TunedKnobs(const char* soc, int64_t n, const Variant& v, const Plat
     BufferPlan plan;
     const char* err = nullptr;
     if (MakePlan(v, Scheme::Exact, &plan, &err) != Status::Ok) return k;
-    const int64_t usable = p.ubBytes - p.ubReserveBytes;
+    // the bucket's BUFFER_NUM; with a device's table (cost::Learned) every allowed one after it (pick.refit_tiling)
     const cost::SocModel& model = tuned::kSocs[socIndex];
-    const int nBlocks = static_cast<int>(std::size(tuned::kBlockChoices));
-    if (cost::Learned(model)) {  // a device's table: every buffer count, the bucket's first (pick.refit_tiling)
-        cost::RefitSlice slices[std::size(cost::kBufferChoices)];
-        int count = 0;
-        for (int i = -1; i < static_cast<int>(std::size(cost::kBufferChoices)); ++i) {
-            const int64_t bn = i < 0 ? e->bufferNum : cost::kBufferChoices[i];
-            if ((i >= 0 && bn == e->bufferNum) || !BufferNumAllowed(km, bn)) continue;
-            slices[count++] = cost::RefitSlice{bn, plan.MaxTileBytes(usable, bn) / cost::kTileStepBytes * cost::kTileStepBytes};
-        }
-        const cost::RefitPick c = cost::RefitAcross(n, tuned::kBlockChoices, nBlocks, slices, count, p.aivCores, km, model,
-                                                    e->blockBytes, e->tileBytes, e->coreNum, stats);
-        if (c.bufferNum > 0) {
-            k.blockBytes = c.choice.blockBytes;
-            k.bufferNum = c.bufferNum;
-            k.tileBytes = c.choice.tileBytes;
-            k.coreNum = c.choice.coreNum;
-            if (refitted) *refitted = true;
-        }
-        return k;
+    cost::RefitSlice slices[std::size(cost::kBufferChoices) + 1];
+    int count = 0;
+    for (int i = -1; i < static_cast<int>(std::size(cost::kBufferChoices)); ++i) {
+        const int64_t bn = i < 0 ? e->bufferNum : cost::kBufferChoices[i];
+        if (i >= 0 && (!cost::Learned(model) || bn == e->bufferNum || !BufferNumAllowed(km, bn))) continue;
+        const int64_t top = plan.MaxTileBytes(p.ubBytes - p.ubReserveBytes, bn);
+        slices[count++] = cost::RefitSlice{bn, top / cost::kTileStepBytes * cost::kTileStepBytes};
     }
-    const int64_t tileTop = plan.MaxTileBytes(usable, e->bufferNum) / cost::kTileStepBytes * cost::kTileStepBytes;
-    const cost::RefitChoice c = cost::Refit(n, tuned::kBlockChoices, nBlocks, e->bufferNum, tileTop, p.aivCores, km, model,
-                                            e->blockBytes, e->tileBytes, e->coreNum, stats);
-    if (c.tileBytes > 0) {
-        k.blockBytes = c.blockBytes;
-        k.tileBytes = c.tileBytes;
-        k.coreNum = c.coreNum;
+    const cost::RefitPick c =
+        cost::RefitAcross(n, tuned::kBlockChoices, static_cast<int>(std::size(tuned::kBlockChoices)), slices, count,
+                          p.aivCores, km, model, e->blockBytes, e->tileBytes, e->coreNum, stats);
+    if (c.bufferNum > 0) {
+        k.blockBytes = c.choice.blockBytes;
+        k.bufferNum = c.bufferNum;
+        k.tileBytes = c.choice.tileBytes;
+        k.coreNum = c.choice.coreNum;
         if (refitted) *refitted = true;
     }
     return k;
