@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -256,6 +257,24 @@ def fit_residual(lv: np.ndarray, keys: Sequence[str], log_residuals: Sequence[fl
     x, y, g = sparse.csr_matrix(design(lv[keep])), y[keep], g[keep]
     scale = max(mad * mad, 1e-6)
     grid = [(p, w) for w in INTERACTION_WEIGHTS for p in PENALTIES]
+    with _one_blas_thread():
+        return _fit(x, g, y, scale, grid)
+
+
+def _one_blas_thread() -> AbstractContextManager[object]:
+    """BLAS on one thread for the fit's dense solves (~800 columns, dozens per fit). Measured on a 2-core host:
+    one thread solves one in ~12 ms, OpenBLAS's two in ~18 ms, and 41-49 ms while another process solves too
+    (two sweep workers on one host, pytest's workers): a sweep of 8 keys took 20 s alone and 135 s beside a
+    second worker. One thread also makes the fit's last bits the same at any core count (threaded BLAS sums
+    in another order)."""
+    from threadpoolctl import threadpool_limits
+
+    limits: AbstractContextManager[object] = threadpool_limits(limits=1, user_api="blas")
+    return limits
+
+
+def _fit(x: sparse.csr_matrix, g: np.ndarray, y: np.ndarray, scale: float, grid: list[tuple[float, float]]) -> Residual:
+    """fit_residual's held-out choice of penalty and its fit on every case."""
     none, *sses = _held_out_sse(x, g, y, [_penalties(p * scale, w) for p, w in grid])
     tried = dict(zip(grid, sses, strict=True))
     best = min(tried, key=lambda pw: (tried[pw], -pw[0], pw[1]))  # a tie: the stronger penalty, the plainer form
