@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 
 #include "bce_grad_core_split.h"
 #include "bce_grad_residual.h"
@@ -1033,8 +1034,46 @@ struct RefitWidth {
                           // (residual::Floors::PairFactor; 1 without a residual)
 };
 
+/** Each (block, cores) pair's widest core at one size (WidestOf): the same at every buffer count, so the slices
+ *  of one RefitAcross (each a RefitSearch on the same scratch) compute it once. Valid for the size, element
+ *  bytes and blocks it was made for (Reset says whether they changed); an entry is known in this epoch only. */
+struct WidestMemo {
+    WidestKind kinds[kMaxBlocks][kMaxCores + 1];
+    uint32_t epochOf[kMaxBlocks][kMaxCores + 1] = {};
+    uint32_t epoch = 0;  // 0 is never current: a fresh memo knows nothing
+    int64_t n = -1, elem = -1;
+    int count = -1;
+    int64_t blocks[kMaxBlocks] = {};
+
+    /** Forget every entry unless n, elem and blocks[0..count) are what it holds. */
+    void Reset(int64_t n_, int64_t elem_, const int64_t* blocks_, int count_) {
+        if (epoch != 0 && n == n_ && elem == elem_ && count == count_ &&
+            std::equal(blocks_, blocks_ + count_, blocks)) {
+            return;
+        }
+        n = n_;
+        elem = elem_;
+        count = count_;
+        std::copy(blocks_, blocks_ + count_, blocks);
+        if (++epoch == 0) {  // wrapped: no entry may look current
+            for (auto& row : epochOf) std::fill(std::begin(row), std::end(row), 0u);
+            epoch = 1;
+        }
+    }
+
+    /** WidestOf(n, elem, blocks[b], c), computed at its first use in this epoch. */
+    const WidestKind& Of(int b, int64_t c) {
+        if (epochOf[b][c] != epoch) {
+            kinds[b][c] = WidestOf(n, elem, blocks[b], c);
+            epochOf[b][c] = epoch;
+        }
+        return kinds[b][c];
+    }
+};
+
 /** What a re-fit works in: per thread, reused, no allocation (the pairs are marked unknown per call). */
 struct RefitScratch {
+    WidestMemo widest;  // kept across calls at one size (RefitAcross's slices)
     CoreLines lines[kMaxCores + 1];
     double groupFactor[kMaxCores + 1];
     RefitPair pairs[kMaxBlocks][kMaxCores + 1];
@@ -1119,6 +1158,7 @@ public:
             }
             w.widthCount[c] = 0;
         }
+        w.widest.Reset(n, k.elemBytes, blocks, nBlocks);
     }
 
     /** A prediction from outside the slice (another buffer count's best): nothing that cannot tie it is searched
@@ -1426,7 +1466,7 @@ private:
         int count = 0;
         for (int b = 0; b < nBlocks_; ++b) {
             if (c > coresMax_[b]) continue;
-            const WidestKind widest = WidestOf(n_, k_.elemBytes, blocks_[b], c);
+            const WidestKind& widest = w_.widest.Of(b, c);
             const Lines lines = widest.aligned ? Lines::Aligned : Lines::Misaligned;
             int i = 0;
             while (i < count && (widths[i].elems != widest.elems || widths[i].lines != lines)) ++i;
