@@ -224,6 +224,7 @@ public:
                        At(kTileInPageXBuffers, r * kBuffers + b);
             page = std::min(page, page_[r]);
         }
+        pageLeast_ = page;
         double size = INFINITY;
         for (int64_t l = 0; l < kTileSizeClasses; ++l) {
             size_[l] = At(kTileSize, l) * At(kTileSizeXBuffers, l * kBuffers + b);
@@ -261,6 +262,21 @@ public:
             const int64_t last = t == 1 ? r.tiHi : std::min(r.tiHi, (e - 1) / ((t - 1) * se));
             const int64_t bin = TilesBin(t);
             double run = INFINITY;
+            if (t == 1) {  // one tile: the last copy is the whole core at every tile, so the least page and size first
+                double placed = INFINITY;
+                for (; ti <= last;) {  // one size class at a time: a class of kPageSteps tiles or more holds every place
+                    const int64_t level = TileSizeLevel(ti * kPageStepBytes);
+                    const int64_t end = std::min(last, ((int64_t{2} << level) - 1) / kPageStepBytes);
+                    double page = pageLeast_;
+                    if (end - ti + 1 < kPageSteps) {
+                        page = INFINITY;
+                        for (int64_t j = ti; j <= end; ++j) page = std::min(page, page_[j % kPageSteps]);
+                    }
+                    placed = std::min(placed, page * size_[level]);
+                    ti = end + 1;
+                }
+                run = placed * TailOf(TailLevel(bytes), bin);  // (rounding is monotone: the least product's)
+            }
             for (; ti <= last; ++ti) {
                 const int64_t tail = bytes - (t - 1) * ti * kPageStepBytes;  // the widest core's last copy
                 run = std::min(run, page_[ti % kPageSteps] * size_[TileSizeLevel(ti * kPageStepBytes)] * TailOf(TailLevel(tail), bin));
@@ -291,6 +307,7 @@ private:
     int64_t buffers_ = 0;
     double block_ = 1.0, bounds_ = 1.0, structure_ = 1.0;
     double tileSet_ = 1.0;  // the least of page_ times the least of size_ times the least tiles-and-last-copy factor
+    double pageLeast_ = 1.0;  // the least of page_
     // Filled by Set (left uninitialised before: a search that has no residual never reads them).
     double page_[kPageSteps];
     double size_[kTileSizeClasses];
