@@ -61,6 +61,8 @@ def _params_of(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
 
 DUPLICATE_WAIT_S = 120.0
 POLL_S = 0.05
+#: How often a trial waiting on a same-config claimant asks the storage whether the claimant's worker died.
+STALE_CHECK_S = 1.0
 #: One user attr holding the whole configuration: written in one storage call, so another worker
 #: sees all of it or none of it (four knob attrs are four writes, and a half-written one was missed).
 CONFIG_ATTR = "config"
@@ -95,8 +97,12 @@ def _claim_or_reuse(trial: optuna.Trial, study: optuna.Study, real: list[int]) -
     once it may go it writes ``measuring`` and looks again, and yields to any lower-numbered
     same-config trial it now sees. With every write visible to the reads after it (one database),
     two trials never both time one configuration: of two, the later to look sees the other. A
-    claimant that died is waited for at most DUPLICATE_WAIT_S."""
+    claimant that died (a killed worker's trial, left RUNNING) is failed once its heartbeat has been
+    silent for the storage's grace period (``tuner.storage.fail_stale_trials``, asked every
+    STALE_CHECK_S) and no longer waited for; where the storage keeps no heartbeats, it is waited for at
+    most DUPLICATE_WAIT_S (a resumed sweep on PostgreSQL waited those 120 s for its killed run's trial)."""
     deadline = time.monotonic() + DUPLICATE_WAIT_S
+    check = time.monotonic() + STALE_CHECK_S
     while time.monotonic() < deadline:
         others = _same_config(study, trial.number, real)
         done = [t for t in others if t.state == TrialState.COMPLETE and t.value is not None]
@@ -105,6 +111,9 @@ def _claim_or_reuse(trial: optuna.Trial, study: optuna.Study, real: list[int]) -
             trial.set_user_attr("duplicate_of", first.number)
             return first.value
         if any(t.number < trial.number or t.user_attrs.get(MEASURING_ATTR) for t in others):
+            if time.monotonic() >= check:
+                fail_stale_trials(study)  # a dead claimant leaves the RUNNING trials _same_config reads
+                check = time.monotonic() + STALE_CHECK_S
             time.sleep(POLL_S)
             continue
         trial.set_user_attr(MEASURING_ATTR, True)

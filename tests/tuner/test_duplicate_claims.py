@@ -154,3 +154,59 @@ def test_a_study_whose_creator_died_before_its_first_heartbeat_is_taken_over(mon
     optuna.create_study(study_name=key.study_name(backend.name), storage=storage)  # its creator died here
     entry = tune(key, backend, storage, 4, strategy="race")
     assert entry.trials >= 1 and entry.size == key.size
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask() outside optimize, as a worker's trial
+def test_a_dead_claimant_is_failed_by_its_silent_heartbeat_and_a_live_one_is_waited_for(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a storage with heartbeats, a killed worker's claimed trial (its heartbeat silent) is failed after the
+    grace period and the waiting trial measures; a live claimant (its heartbeat going) is waited for to its
+    value, past the grace period. DUPLICATE_WAIT_S (120 s) is not what ends the wait."""
+    from tuner import storage as storage_module
+    from tuner.storage import open_storage
+
+    monkeypatch.setattr(storage_module, "HEARTBEAT_S", 1)
+    monkeypatch.setattr(storage_module, "GRACE_S", 2)
+    st = open_storage(f"sqlite:///{tmp_path}/claims.db")
+    shared = optuna.create_study(study_name="claims", storage=st)
+    dead = shared.ask()
+    dead.set_user_attr(CONFIG_ATTR, CONFIG)
+    dead.set_user_attr(MEASURING_ATTR, True)
+    st.record_heartbeat(dead._trial_id)  # its first heartbeat, then its worker was killed
+    mine = shared.ask()
+    mine.set_user_attr(CONFIG_ATTR, CONFIG)
+    stop = threading.Event()
+
+    def own_heartbeats() -> None:  # what Optuna's heartbeat thread does for the trials this worker runs
+        while not stop.is_set():
+            for t in shared.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+                if t.number not in (dead.number, live_number[0]):
+                    st.record_heartbeat(t._trial_id)
+            time.sleep(0.3)
+
+    live_number = [-1]
+    threading.Thread(target=own_heartbeats, daemon=True).start()
+    t0 = time.monotonic()
+    assert _claim_or_reuse(mine, shared, CONFIG) is None  # it measures
+    assert 1.5 < time.monotonic() - t0 < 10
+    assert shared.get_trials(deepcopy=False)[dead.number].state == optuna.trial.TrialState.FAIL
+
+    live, waiting = shared.ask(), shared.ask()
+    live_number[0] = live.number  # its own worker beats for it (below)
+    live.set_user_attr(CONFIG_ATTR, OTHER)
+    live.set_user_attr(MEASURING_ATTR, True)
+    waiting.set_user_attr(CONFIG_ATTR, OTHER)
+
+    def beat() -> None:  # a live worker: heartbeats every 0.3 s, its value after 4 s
+        end = time.monotonic() + 4
+        while time.monotonic() < end:
+            st.record_heartbeat(live._trial_id)
+            time.sleep(0.3)
+        shared.tell(live, 7.0)
+
+    threading.Thread(target=beat, daemon=True).start()
+    t0 = time.monotonic()
+    assert _claim_or_reuse(waiting, shared, OTHER) == 7.0  # its value, reused
+    assert time.monotonic() - t0 >= 3.5
+    stop.set()
