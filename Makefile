@@ -53,12 +53,16 @@ dev: $(STAMP)
 run: $(RUN_STAMP)
 	$(PY) -m service --host $(HOST) --port $(PORT)
 
+# pytest runs one worker per core: each worker's torch (OpenMP) and OpenBLAS on one thread, not one per core
+# spinning against the other worker's (the kernel golden and fused-loss files: 38-46 s -> 29 s on 2 cores).
+# A test that wants threads sets them (torch.set_num_threads).
+TEST_THREADS := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 test: $(STAMP) $(NPU_SITE)
 	@echo "==> ruff, then mypy"
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	@echo "==> pytest, the whole suite on every core (make test-fast: the quick suites)"
-	bash .ci/with-services.sh $(PY) -m pytest -n auto --dist loadfile
+	$(TEST_THREADS) bash .ci/with-services.sh $(PY) -m pytest -n auto --dist loadfile
 
 # The edit loop's suite: no servers, end-to-end CLIs or docs runs (slow), kernel sweeps, CANN compile checks,
 # browser, container or database; the CPU twin built once and cached. make test (CI) runs everything.
@@ -66,7 +70,7 @@ FAST_MARKERS := not slow and not kernel_sweep and not toolchain and not browser 
 test-fast: $(STAMP) $(NPU_SITE)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	BCETUNE_SERVICES=none bash .ci/with-services.sh $(PY) -m pytest -n auto -m "$(FAST_MARKERS)" --hypothesis-profile=fast
+	$(TEST_THREADS) BCETUNE_SERVICES=none bash .ci/with-services.sh $(PY) -m pytest -n auto -m "$(FAST_MARKERS)" --hypothesis-profile=fast
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
