@@ -177,15 +177,15 @@ def test_a_dead_claimant_is_failed_by_its_silent_heartbeat_and_a_live_one_is_wai
     mine = shared.ask()
     mine.set_user_attr(CONFIG_ATTR, CONFIG)
     stop = threading.Event()
+    others = {dead.number}  # trials this worker does not run: it never beats for them
 
     def own_heartbeats() -> None:  # what Optuna's heartbeat thread does for the trials this worker runs
         while not stop.is_set():
             for t in shared.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-                if t.number not in (dead.number, live_number[0]):
+                if t.number not in others:
                     st.record_heartbeat(t._trial_id)
             time.sleep(0.3)
 
-    live_number = [-1]
     threading.Thread(target=own_heartbeats, daemon=True).start()
     t0 = time.monotonic()
     assert _claim_or_reuse(mine, shared, CONFIG) is None  # it measures
@@ -193,7 +193,7 @@ def test_a_dead_claimant_is_failed_by_its_silent_heartbeat_and_a_live_one_is_wai
     assert shared.get_trials(deepcopy=False)[dead.number].state == optuna.trial.TrialState.FAIL
 
     live, waiting = shared.ask(), shared.ask()
-    live_number[0] = live.number  # its own worker beats for it (below)
+    others.add(live.number)  # its own worker beats for it (below)
     live.set_user_attr(CONFIG_ATTR, OTHER)
     live.set_user_attr(MEASURING_ATTR, True)
     waiting.set_user_attr(CONFIG_ATTR, OTHER)

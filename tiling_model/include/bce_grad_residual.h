@@ -264,7 +264,7 @@ public:
             double run = INFINITY;
             if (t == 1) {  // one tile: the last copy is the whole core at every tile, so the least page and size first
                 double placed = INFINITY;
-                for (; ti <= last;) {  // one size class at a time: a class of kPageSteps tiles or more holds every place
+                while (ti <= last) {  // one size class at a time: a class of kPageSteps tiles or more holds every place
                     const int64_t level = TileSizeLevel(ti * kPageStepBytes);
                     const int64_t end = std::min(last, ((int64_t{2} << level) - 1) / kPageStepBytes);
                     double page = pageLeast_;
