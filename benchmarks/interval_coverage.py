@@ -79,7 +79,8 @@ def bases(rows: list[tuple[bool, str]]) -> str:
     """How many answers took each kind of band."""
 
     def kind(b: str) -> str:
-        base = "shipped+in-sample" if "in-sample" in b else "overall+shipped" if "too few" in b else "own class"
+        base = ("shipped+in-sample" if "in-sample" in b else "few keys+overall" if "held-out range joined" in b
+                else "overall+shipped" if "too few" in b else "own class")  # fmt: skip
         return base + (" (+measured variants')" if "never narrower than theirs" in b else "")
 
     kinds = Counter(kind(b) for _, b in rows)

@@ -473,23 +473,28 @@ def intervals(cases: Sequence[Measured], held_out: np.ndarray) -> dict[str, list
 
 def device_intervals(
     cases: Sequence[Measured], held_out: np.ndarray | None
-) -> tuple[dict[str, list[float]], dict[str, int]]:
+) -> tuple[dict[str, list[float]], dict[str, int], dict[str, list[float]]]:
     """``intervals`` of a device fit's held-out cases where the class holds ``INTERVAL_MIN_KEYS`` keys or
-    more, and each class's key count (0: none; the reader falls back to a wider band and says why)."""
+    more, and each class's key count (0: none; the reader falls back to a wider band and says why); then the
+    held-out range of each class with fewer keys but some: too few for a band of its own, but cases of the
+    class the fallback joins with the overall band (``tiling_model.confidence``)."""
     if held_out is None:
-        return {}, {}
+        return {}, {}, {}
     ratio = 1.0 / (1.0 + np.asarray(held_out, dtype=float))
     keys = np.array([m.key for m in cases])
     traffic = np.array([m.traffic_bytes for m in cases])
     finite = np.isfinite(ratio)
     bands: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
+    few: dict[str, list[float]] = {}
     for name, lo, hi in (("all", 0.0, math.inf), *TRAFFIC_CLASSES):
         mask = finite & (traffic >= lo) & (traffic < hi)
         counts[name] = len(set(keys[mask]))
         if counts[name] >= INTERVAL_MIN_KEYS:
             bands[name] = _ratio_band(ratio[mask])
-    return bands, counts
+        elif counts[name] > 0:
+            few[name] = _ratio_band(ratio[mask])
+    return bands, counts, few
 
 
 @dataclass(frozen=True)
@@ -555,8 +560,9 @@ class DeviceFit:
         """The fit in numbers, with the bands answers carry (``tiling_model.confidence``): ``intervals`` from
         the cases held out by key (a variant the sweep measured, at a size it did not time),
         ``intervals_unmeasured`` from those held out by variant (a variant it never measured), each
-        class's key count, the variants measured, and the in-sample band (what a fit too small for folds
-        widens the shipped band by)."""
+        class's key count, the held-out range of a class with too few keys for a band (``intervals_few_keys``:
+        what its fallback joins), the variants measured, and the in-sample band (what a fit too small for
+        folds widens the shipped band by)."""
         out: dict[str, Any] = {
             "cases": len(self.cases),
             "keys": len({m.key for m in self.cases}),
@@ -570,8 +576,8 @@ class DeviceFit:
             "in_sample_band": _ratio_band(1.0 / (1.0 + np.asarray(self.after, dtype=float))),
             "measured_variants": sorted({m.launches[0].variant.label() for m in self.cases}),
         }
-        measured, measured_keys = device_intervals(self.cases, self.held_out)
-        unmeasured, unmeasured_keys = device_intervals(self.cases, self.held_out_variants)
+        measured, measured_keys, measured_few = device_intervals(self.cases, self.held_out)
+        unmeasured, unmeasured_keys, unmeasured_few = device_intervals(self.cases, self.held_out_variants)
         if self.held_out is not None:
             out["held_out_median"] = round(float(np.median(np.abs(self.held_out))), 4)
         if self.held_out_variants is not None:
@@ -579,6 +585,7 @@ class DeviceFit:
         out["intervals"] = measured
         out["intervals_unmeasured"] = unmeasured
         out["interval_keys"] = {"measured": measured_keys, "unmeasured": unmeasured_keys}
+        out["intervals_few_keys"] = {"measured": measured_few, "unmeasured": unmeasured_few}
         return out
 
 

@@ -185,6 +185,10 @@ def test_a_four_key_fit_still_holds_keys_and_variants_out() -> None:
     assert summary["keys"] == 4 and summary["interval_keys"]["measured"]["all"] == 4
     assert "all" in summary["intervals"] and "all" in summary["intervals_unmeasured"]
     assert summary["in_sample_band"][0] <= 1.0 <= summary["in_sample_band"][1]
+    for held in ("measured", "unmeasured"):  # a class of 1-2 keys: its range, for the fallback to join
+        counts, few = summary["interval_keys"][held], summary["intervals_few_keys"][held]
+        assert set(few) == {c for c, k in counts.items() if 0 < k < 3}, (held, counts, few)
+        assert all(0 < lo <= hi for lo, hi in few.values())
 
 
 def test_socs_shows_the_profile_answers_use(swept) -> None:
