@@ -23,6 +23,7 @@ from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure
 from tuner.key import StudyKey
 from tuner.protocol import MeasurementProtocol
+from tuner.race import RacePlan
 from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
@@ -127,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeats", type=int, default=7, help="timed backends: samples per measurement (>= 3)")
     s.add_argument("--confirm-top", type=int, default=3, help="timed backends: candidates re-measured at the end")
     s.add_argument("--patience", type=int, default=0, help="stop a study when its best has not improved for M trials")
+    s.add_argument(
+        "--stop-early", action="store_true",
+        help="race (timed backends): stop a key before its --trials once nothing untimed is expected to beat its "
+        "leader (about a quarter fewer samples, somewhat worse picks: docs/manual.md, Tune)",
+    )  # fmt: skip
     s.add_argument("--records", type=Path, help="append every measurement as a JSON line (for calibrate --data)")
     s.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file by default)")
     s.add_argument(
@@ -353,12 +359,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:
             raise ValueError("patience must be >= 0")
+        if args.stop_early and (args.strategy == "tpe" or (args.strategy == "auto" and backend.deterministic)):
+            raise ValueError("--stop-early stops the race (timed backends, --strategy race); TPE stops with --patience")
         trials = shared_trials(args.trials, len(keys), args.explore)
         explore = {"explore": args.explore} if args.explore else {}  # (studies of sweeps without it resume)
         settings = sweep_settings(
             trials, args.backend, noise=args.noise, outlier_rate=args.outlier_rate, seed=args.seed, **explore,
             device=args.device, warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top,
             strategy=args.strategy, patience=args.patience, learn=not args.no_learn,
+            **({"stop_early": True} if args.stop_early else {}),  # (studies of sweeps without it resume)
         )  # fmt: skip
         outcome = SweepRun()
         gated = None if args.gate_all else GatePasses.of(_existing_table(out))
@@ -366,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keys, backend, storage, trials, out, not args.no_progress, protocol, args.patience, records,
             learn=False if args.no_learn else None, strategy=args.strategy, settings=settings,
             storage_text=f"--storage {args.storage}", outcome=outcome, explore=args.explore, gated=gated,
+            plan=RacePlan(stop_early=True) if args.stop_early else None,
         )  # fmt: skip
     except (ValueError, NpuUnavailable, KernelBuildError) as e:
         return _error(e)

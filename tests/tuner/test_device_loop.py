@@ -2,7 +2,8 @@
 
 Driven on the stand-in device (tuner.synthetic: the model with a perturbed profile, knob-structured
 effects and noise with outliers) as a real NPU would be: the fitted profile moves toward the device's,
-later keys need fewer trials than early ones, the table carries the fitted profile, the service answers
+the learnt model finds better tilings in the same trials (and, told to stop early, in fewer), the table
+carries the fitted profile, the service answers
 from it, records round-trip through calibrate and replay; and the CPU twin (a real clock running the real
 kernel) goes through the same path in CI."""
 
@@ -100,17 +101,14 @@ def test_on_every_stand_in_device_the_fit_predicts_held_out_keys_better(seed: in
     assert fit["held_out_median"] < fit["median_before"] and fit["median"] < fit["median_before"]
 
 
-def test_later_keys_need_fewer_trials_and_find_better_tilings(swept, tmp_path: Path) -> None:
-    """The keys searched before the device was fitted (the first two) take the whole budget; the rest,
-    on the learnt model, fewer; the same keys without learning take more trials and pick worse."""
-    from tuner.learning import MIN_KEYS
-
+def test_every_key_spends_its_budget_and_the_learnt_model_finds_better_tilings(swept, tmp_path: Path) -> None:
+    """The race spends each key's trials (its early stop is asked for: RacePlan.stop_early); the same keys
+    searched without learning the device pick worse."""
     _, _, table = swept
-    trials = [e.trials for e in table.entries]  # in the sweep's order
-    assert trials[:MIN_KEYS] == [16] * MIN_KEYS and statistics.mean(trials[MIN_KEYS:]) < 16
+    assert [e.trials for e in table.entries] == [16] * len(table.entries)
     storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
     blind = run_sweep(keys(), SyntheticBackend(DEVICE, seed=2), storage, 16, None, False, learn=False)
-    assert sum(e.trials for e in blind.entries) > sum(trials)
+    assert [e.trials for e in blind.entries] == [16] * len(blind.entries)
 
     def regret(t) -> float:  # noqa: ANN001
         return statistics.mean(
@@ -119,6 +117,19 @@ def test_later_keys_need_fewer_trials_and_find_better_tilings(swept, tmp_path: P
         )
 
     assert regret(table) < regret(blind)
+
+
+def test_stopping_early_takes_fewer_trials_once_the_device_is_fitted(tmp_path: Path) -> None:
+    """``--stop-early``: the keys searched before the device was fitted (the first two) take the whole budget;
+    the rest, on the learnt model, stop once nothing untimed is expected to beat their leader."""
+    from tuner.learning import MIN_KEYS
+    from tuner.race import RacePlan
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+    early = run_sweep(keys(), SyntheticBackend(DEVICE, seed=2), storage, 16, None, False,
+                      plan=RacePlan(stop_early=True))  # fmt: skip
+    trials = [e.trials for e in early.entries]  # in the sweep's order
+    assert trials[:MIN_KEYS] == [16] * MIN_KEYS and statistics.mean(trials[MIN_KEYS:]) < 16
 
 
 def test_the_table_carries_the_fitted_profile_and_the_service_answers_from_it(swept) -> None:
@@ -400,3 +411,23 @@ def test_the_intervals_hold_the_devices_time_about_as_often_as_they_claim(swept)
     assert statistics.median(widths[: len(untimed)]) <= 0.06 and statistics.median(widths[len(untimed) :]) <= 0.07
     assert statistics.mean(untimed) >= 0.65, untimed
     assert statistics.mean(untuned) >= 0.65, untuned
+
+
+def test_the_cli_stops_early_where_it_races_and_says_so_where_it_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--stop-early`` is the race's: a sweep on the (deterministic) model backend searches by TPE and refuses
+    it by name; on a timed backend its studies record it (a sweep's studies are not resumed with it)."""
+    from tuner.cli import main
+
+    args = ["sweep", "--soc", "Ascend910B2", "--dtypes", "float32", "--reductions", "none", "--weights", "none",
+            "--sizes", "65536", "--trials", "6", "--no-progress", "--out", str(tmp_path / "t.json")]  # fmt: skip
+    assert main([*args, "--storage", f"sqlite:///{tmp_path / 'm.db'}", "--stop-early"]) == 2
+    assert "--stop-early stops the race" in capsys.readouterr().err
+    db = tmp_path / "s.db"
+    assert main([*args, "--storage", f"sqlite:///{db}", "--backend", "synthetic", "--seed", "3", "--stop-early"]) == 0
+    (study,) = open_storage(f"sqlite:///{db}").get_all_studies()
+    assert study.user_attrs["sweep"]["stop_early"] is True
+    full = ["--storage", f"sqlite:///{tmp_path / 'f.db'}", "--backend", "synthetic", "--seed", "3"]
+    assert main([*args, *full]) == 0  # every trial spent: not resumed as a sweep that stops early
+    assert main([*args, *full, "--stop-early"]) == 2 and "stop_early=None (this run: True)" in capsys.readouterr().err
