@@ -417,7 +417,7 @@ def test_the_cli_stops_early_where_it_races_and_says_so_where_it_does_not(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--stop-early`` is the race's: a sweep on the (deterministic) model backend searches by TPE and refuses
-    it by name; on a timed backend its studies record it (a sweep's studies are not resumed with it)."""
+    it by name; on a timed backend its studies record it (a sweep with it does not resume studies made without)."""
     from tuner.cli import main
 
     args = ["sweep", "--soc", "Ascend910B2", "--dtypes", "float32", "--reductions", "none", "--weights", "none",
