@@ -383,5 +383,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(e, 1)
     took = time.perf_counter() - start
     explored = f", {len(table.entries) - len(keys)} of them sizes between the keys (--explore)" if args.explore else ""
-    print(f"wrote {out}: {len(table.entries)} entries{explored}, {trials} trials each ({outcome.text()}), {took:.1f} s")
+    each = f"{trials} trial{'s' if trials != 1 else ''} each"
+    print(f"wrote {out}: {len(table.entries)} entries{explored}, {each} ({outcome.text()}), {took:.1f} s")
     return 0

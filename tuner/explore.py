@@ -34,9 +34,10 @@ LIKELY = 8
 
 
 #: What a key costs on the device besides its trials, in trials' launches: its final race and the seed
-#: default's measurement (measured on the stand-in devices of benchmarks/untimed_sizes.py: 120 keys at 20
-#: trials took 21.8-22.0 K launches, 150 keys at 16 trials 23.2-24.1 K: about 53 + 6.5 per trial).
-KEY_TRIALS = 8
+#: default's measurement (measured on a stand-in device of benchmarks/untimed_sizes.py, every trial of a key
+#: spent: knob:7's 120 keys at 20 trials took 30.0 K launches, at 12 trials 23.1 K: about 106 + 7.2 per trial;
+#: 8 while the race stopped keys early, when 120 keys at 20 trials took 21.8-22.0 K).
+KEY_TRIALS = 15
 
 
 def shared_trials(trials: int, grid_keys: int, extra_keys: int) -> int:

@@ -24,7 +24,7 @@ GRID = [StudyKey(SOC.name, Variant("float32", "none", "full"), n) for n in (4**8
 
 
 def test_the_shared_budget_keeps_trials_times_studies() -> None:
-    assert shared_trials(20, 120, 30) == 14  # 120 x (20 + 8) = 150 x (14.4 + 8): a key's race costs ~8 trials
+    assert shared_trials(20, 120, 30) == 13  # 120 x (20 + 15) = 150 x (13 + 15): a key's race costs ~15 trials
     assert shared_trials(20, 120, 0) == 20
     assert shared_trials(1, 3, 100) == 1
 
@@ -96,6 +96,6 @@ def test_the_cli_shares_the_budget_and_says_what_it_explored(
             "--no-progress", "--out", str(tmp_path / "t.json")]  # fmt: skip
     assert main([*args, "--backend", "synthetic", "--seed", "3", "--explore", "1"]) == 0
     out = capsys.readouterr().out
-    assert "3 entries, 1 of them sizes between the keys (--explore), 2 trials each" in out  # 2 x (8 + 8) ~ 3 x (2 + 8)
+    assert "3 entries, 1 of them sizes between the keys (--explore), 1 trial each" in out  # 2 x (8 + 15) ~ 3 x (1 + 15)
     assert main([*args, "--explore", "1", "--storage", f"sqlite:///{tmp_path / 'm.db'}"]) == 2  # the model backend
     assert "explore needs the device loop" in capsys.readouterr().err
