@@ -232,6 +232,39 @@ def test_a_garbage_request_line_is_a_400(server: Server) -> None:
 # --- table-directory faults ----------------------------------------------------------------------------
 
 
+def test_a_table_written_while_the_directory_is_read_is_never_taken_for_its_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race a loaded CI run hit in the test below: a reload read an emptied directory's state, then found
+    the table written just after it; kept under the empty state, emptying the directory again went unseen
+    (last_reload_error stayed null). Here the table lands between the load's reading of the state and of the
+    files: the snapshot takes neither state, so both are changes."""
+    import service.store as store_module
+
+    path = tmp_path / "Ascend910B2.json"
+    write_table(make_table([entry("float16", "mean", 1 << 20, GOOD)]), path)
+    store = store_module.TableStore(tmp_path)
+    path.unlink()
+    real, calls = store_module._signature, []
+
+    def then_the_table_lands(directory: Path) -> tuple:
+        state = real(directory)
+        calls.append(state)
+        if len(calls) == 2:  # the load's own reading of the state (the reload read it first)
+            write_table(make_table([entry("float16", "mean", 1 << 20, GOOD)]), path)
+        return state
+
+    assert store.changed()
+    monkeypatch.setattr(store_module, "_signature", then_the_table_lands)
+    assert store.reload("test")  # the table written mid-read is loaded
+    monkeypatch.setattr(store_module, "_signature", real)
+    assert calls[1] == () and store.snapshot.signature == store_module.CHANGED_WHILE_READ
+    assert store.changed()  # the table as it is now: loaded again at the next poll
+    path.unlink()
+    assert store.changed() and not store.reload("test")  # emptied again: seen and refused
+    assert store.last_error is not None and "no <SoC>.json table left" in store.last_error.error
+
+
 def test_table_directory_faults_are_refused_reloads_and_never_block(tmp_path: Path) -> None:
     path = tmp_path / "Ascend910B2.json"
     write_table(make_table([entry("float16", "mean", 1 << 20, GOOD)]), path)
