@@ -45,9 +45,10 @@ class RacePlan:
     # Stop a key before its budget once settled (off by default): on eight stand-in devices (30-key sweeps at
     # 20 trials, 2-3 replicates each) the stop saved 24% of the samples (about 20 ms of device time a key at
     # tuner.device_time's costs) and cost 3 points of keys within 2% of the optimum (5.6 within 1%), worse on
-    # 7 of 8 devices. Settled: nothing untimed is predicted below leader * exp(stop_z * sigma), or fewer than
-    # stop_expected untimed configurations are expected to beat the leader by stop_gain (each by the key
-    # model's normal error; 0.05 -> 0.02 chosen on bench-search's device: 89% -> 93% within 2%).
+    # 7 of 8 devices (benchmarks/early_stop.py). Settled: nothing untimed is predicted below leader *
+    # exp(stop_z * sigma), or fewer than stop_expected untimed configurations are expected to beat the leader
+    # by stop_gain (each by the key model's normal error; 0.05 -> 0.02 chosen on bench-search's device: 89% ->
+    # 93% within 2%).
     stop_early: bool = False
     stop_z: float = 4.0
     stop_gain: float = 0.005
