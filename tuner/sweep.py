@@ -193,12 +193,17 @@ def sweep_settings(trials: int, backend: str, **knobs: object) -> dict[str, obje
     return {"trials": trials, "backend": backend, **knobs, "kernel_hash": kernel_source_hash()}
 
 
+# Settings a sweep stores only where they are not their default (so studies of sweeps from before the setting
+# existed resume): absent on either side, a setting is its default here.
+OPTIONAL_SETTINGS: dict[str, object] = {"explore": 0, "stop_early": False}
+
+
 def check_resumable(
     store: optuna.storages.BaseStorage, keys: list[StudyKey], backend: str, settings: dict[str, object], where: str
 ) -> tuple[int, int]:
     """(studies finished, studies begun) among ``keys`` in the storage, or SweepSettingsMismatch naming
     the first setting a stored study was made with that this sweep does not share (a study from before
-    settings were stored is taken as this sweep's)."""
+    settings were stored is taken as this sweep's; an optional setting absent on either side is its default)."""
     names = {k.study_name(backend) for k in keys}
     finished = begun = 0
     for frozen in store.get_all_studies():
@@ -206,8 +211,10 @@ def check_resumable(
             continue
         stored = frozen.user_attrs.get("sweep")
         if isinstance(stored, dict):
-            differ = [f"{k}={stored.get(k)!r} (this run: {settings.get(k)!r})" for k in settings
-                      if stored.get(k) != settings.get(k)]  # fmt: skip
+            compared = [*settings, *(k for k in OPTIONAL_SETTINGS if k not in settings)]
+            ours = {k: settings.get(k, OPTIONAL_SETTINGS.get(k)) for k in compared}
+            theirs = {k: stored.get(k, OPTIONAL_SETTINGS.get(k)) for k in compared}
+            differ = [f"{k}={theirs[k]!r} (this run: {ours[k]!r})" for k in compared if theirs[k] != ours[k]]
             if differ:
                 raise SweepSettingsMismatch(
                     f"{where} holds study {frozen.study_name} made with {', '.join(differ)}: run with its "

@@ -417,7 +417,8 @@ def test_the_cli_stops_early_where_it_races_and_says_so_where_it_does_not(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--stop-early`` is the race's: a sweep on the (deterministic) model backend searches by TPE and refuses
-    it by name; on a timed backend its studies record it (a sweep with it does not resume studies made without)."""
+    it by name; on a timed backend its studies record it (a sweep with it does not resume studies made without,
+    nor one without it studies made with it)."""
     from tuner.cli import main
 
     args = ["sweep", "--soc", "Ascend910B2", "--dtypes", "float32", "--reductions", "none", "--weights", "none",
@@ -430,4 +431,6 @@ def test_the_cli_stops_early_where_it_races_and_says_so_where_it_does_not(
     assert study.user_attrs["sweep"]["stop_early"] is True
     full = ["--storage", f"sqlite:///{tmp_path / 'f.db'}", "--backend", "synthetic", "--seed", "3"]
     assert main([*args, *full]) == 0  # every trial spent: not resumed as a sweep that stops early
-    assert main([*args, *full, "--stop-early"]) == 2 and "stop_early=None (this run: True)" in capsys.readouterr().err
+    assert main([*args, *full, "--stop-early"]) == 2 and "stop_early=False (this run: True)" in capsys.readouterr().err
+    stopped = ["--storage", f"sqlite:///{db}", "--backend", "synthetic", "--seed", "3"]
+    assert main([*args, *stopped]) == 2 and "stop_early=True (this run: False)" in capsys.readouterr().err

@@ -99,3 +99,22 @@ def test_the_cli_shares_the_budget_and_says_what_it_explored(
     assert "3 entries, 1 of them sizes between the keys (--explore), 1 trial each" in out  # 2 x (8 + 15) ~ 3 x (1 + 15)
     assert main([*args, "--explore", "1", "--storage", f"sqlite:///{tmp_path / 'm.db'}"]) == 2  # the model backend
     assert "explore needs the device loop" in capsys.readouterr().err
+
+
+def test_a_sweep_without_explore_does_not_resume_studies_made_with_it(tmp_path: Path) -> None:
+    """``explore`` is stored only where it is set (so older studies resume): absent, it is 0 on either side, and
+    a study made with ``--explore 2`` is refused by name to a sweep without it, and the other way round."""
+    from tuner.sweep import SweepSettingsMismatch, check_resumable, sweep_settings
+
+    key = StudyKey("Ascend910B2", Variant("float32", "none", "none"), 65536)
+    store = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+    plain, explored = sweep_settings(6, "synthetic", seed=3), sweep_settings(6, "synthetic", seed=3, explore=2)
+    study = optuna.create_study(storage=store, study_name=key.study_name("synthetic"))
+    study.set_user_attr("sweep", explored)
+    with pytest.raises(SweepSettingsMismatch, match=r"explore=2 \(this run: 0\)"):
+        check_resumable(store, [key], "synthetic", plain, "here")
+    assert check_resumable(store, [key], "synthetic", explored, "here") == (0, 1)
+    study.set_user_attr("sweep", plain)
+    with pytest.raises(SweepSettingsMismatch, match=r"explore=0 \(this run: 2\)"):
+        check_resumable(store, [key], "synthetic", explored, "here")
+    assert check_resumable(store, [key], "synthetic", plain, "here") == (0, 1)
