@@ -5,7 +5,8 @@ The truth is ``tuner.synthetic.SyntheticDevice``: one device whose hardware is o
 every key shares, effects by block size, BUFFER_NUM, tile size and alignment and core count shared by
 every size, per-configuration effects, 2% noise and 3% outlier samples. It is bcetune's own truth (the
 issue's figures are also judged against one written elsewhere). Each strategy tunes the same keys in the
-sweep's order, ``tuner.study.tune`` per key as ``run_sweep`` calls it (the device loop with its learner);
+sweep's order, ``tuner.study.tune`` per key as ``run_sweep`` calls it (the device loop with its learner,
+then its second look at the keys raced before the model settled: ``tuner.study.look_again``);
 true regret is the chosen configuration's noise-free time over the key's exhaustive optimum. Then the
 re-fit at sizes no key was tuned at (what the service and the build do between entries), with the
 profile the sweep fitted and with the shipped one.
@@ -29,7 +30,7 @@ from tiling_model.space import score_space
 from tuner.explore import choose
 from tuner.key import StudyKey
 from tuner.learning import Learner, measurements
-from tuner.study import tune
+from tuner.study import look_again, look_due, tune
 from tuner.sweep import sweep_keys
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
 from tuner.trial_space import TrialSpace
@@ -56,17 +57,32 @@ def run(strategy: str, keys: list[StudyKey], device: SyntheticDevice, budget: in
     storage = optuna.storages.InMemoryStorage()
     learner = Learner(device.soc, storage, backend.name) if strategy == "device loop" else None
     regrets, samples, trials, entries = [], [], [], []
+
+    def look() -> None:  # run_sweep's second look: the keys raced before the model settled, on it now
+        assert learner is not None
+        for i, key in enumerate(keys[: len(entries)]):
+            before = backend.samples
+            looked = look_again(key, backend, storage, budget, learner.model())
+            if looked is not None and looked != entries[i]:
+                learner.study_done()
+                entries[i] = looked
+            samples[i] += backend.samples - before
+
     for key in keys:
         before = backend.samples
-        e = tune(key, backend, storage, budget, model=learner.model() if learner else None,
+        kept = look_due(learner.model(), None) if learner else 0  # (kept for the second look, as run_sweep does)
+        e = tune(key, backend, storage, budget - kept, model=learner.model() if learner else None,
                  strategy="race" if learner else "tpe")  # fmt: skip
         if learner:
             learner.study_done()
+        samples.append(backend.samples - before)
+        entries.append(e)
+    if learner:
+        look()
+    for key, e in zip(keys, entries, strict=True):
         best, _ = device.optimum(key.variant, key.size)
         regrets.append(device.true_us(key.variant, key.size, e.tiling_params()) / best - 1.0)
-        samples.append(backend.samples - before)
         trials.append(e.trials)
-        entries.append(e)
     explored: list[StudyKey] = []
     if explore and learner:
         cases = measurements(storage, device.soc, backend.name)

@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="race (timed backends): stop a key before its --trials once nothing untimed is expected to beat its "
         "leader (about a quarter fewer samples, somewhat worse picks: docs/manual.md, Tune)",
     )  # fmt: skip
+    s.add_argument(
+        "--second-look", type=_non_negative, default=RacePlan().second_look, metavar="K",
+        help="race (timed backends): a key raced before the device model settled keeps K of its --trials for a "
+        "second race on the whole sweep's model (default %(default)s; 0: none; docs/manual.md, Tune)",
+    )  # fmt: skip
     s.add_argument("--records", type=Path, help="append every measurement as a JSON line (for calibrate --data)")
     s.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna RDB URL (SQLite file by default)")
     s.add_argument(
@@ -361,6 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("patience must be >= 0")
         if args.stop_early and (args.strategy == "tpe" or (args.strategy == "auto" and backend.deterministic)):
             raise ValueError("--stop-early stops the race (timed backends, --strategy race); TPE stops with --patience")
+        if args.second_look != RacePlan().second_look and (
+            args.strategy == "tpe" or (args.strategy == "auto" and backend.deterministic)
+        ):
+            raise ValueError("--second-look is the race's (timed backends, --strategy race); TPE has none")
         trials = shared_trials(args.trials, len(keys), args.explore)
         explore = {"explore": args.explore} if args.explore else {}  # (studies of sweeps without it resume)
         settings = sweep_settings(
@@ -368,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             device=args.device, warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top,
             strategy=args.strategy, patience=args.patience, learn=not args.no_learn,
             **({"stop_early": True} if args.stop_early else {}),  # (studies of sweeps without it resume)
+            **({"second_look": args.second_look} if args.second_look != RacePlan().second_look else {}),
         )  # fmt: skip
         outcome = SweepRun()
         gated = None if args.gate_all else GatePasses.of(_existing_table(out))
@@ -375,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keys, backend, storage, trials, out, not args.no_progress, protocol, args.patience, records,
             learn=False if args.no_learn else None, strategy=args.strategy, settings=settings,
             storage_text=f"--storage {args.storage}", outcome=outcome, explore=args.explore, gated=gated,
-            plan=RacePlan(stop_early=True) if args.stop_early else None,
+            plan=RacePlan(stop_early=args.stop_early, second_look=args.second_look),
         )  # fmt: skip
     except (ValueError, NpuUnavailable, KernelBuildError) as e:
         return _error(e)

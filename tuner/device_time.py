@@ -44,11 +44,13 @@ def estimate(
     keys: list[StudyKey], trials: int, protocol: MeasurementProtocol, plan: RacePlan | None = None
 ) -> Estimate:
     """Samples and seconds a race sweep of ``keys`` takes at most: every trial's first measurement and
-    warm-up, a race of its contenders to their cap with a warm-up each round, and the seed default's own
+    warm-up, a race of its contenders to their cap with a warm-up each round (two for the keys a second look
+    races again: the first ``plan.settled_keys``, as one worker sweeps them), and the seed default's own
     measurement; each sample at the model's best time of its key plus the flush (where one is needed) and
     the host's overhead (the kernel time is the model's: a device slower than its model spends more)."""
     plan = plan or RacePlan()
     total_samples, total_us = 0, 0.0
+    looks = plan.settled_keys if plan.second_look > 0 else 0  # the first keys of one worker's sweep
     for key in keys:
         soc = load_soc(key.soc)
         space = TrialSpace(soc, key.variant)
@@ -65,6 +67,9 @@ def estimate(
             + protocol.warmup
             + protocol.repeats  # the seed default's own measurement, where no trial had it
         )
+        if looks > 0:  # a second look races its contenders again (its trials are the key's)
+            looks -= 1
+            samples += plan.contenders * (raced + rounds * protocol.warmup)
         total_samples += samples
         total_us += samples * per
     return Estimate(len(keys), total_samples, total_us / 1e6)

@@ -47,6 +47,11 @@ class DeviceModel:
     def fitted(self) -> bool:
         return self.fit is not None
 
+    @property
+    def keys(self) -> int:
+        """How many keys the fit saw (0 before a fit): how settled the model is (``RacePlan.settled_keys``)."""
+        return 0 if self.fit is None else len({m.key for m in self.fit.cases})
+
 
 def key_attrs(key: StudyKey) -> dict[str, Any]:
     """What a study stores about its key, so any worker can rebuild its measurements."""

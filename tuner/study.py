@@ -418,6 +418,10 @@ def wait_for_entry(
         time.sleep(poll_s)
 
 
+def _worker() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def _knob_text(e: Entrant) -> str:
     return "/".join(map(str, e.key))
 
@@ -436,17 +440,16 @@ def _tune_race(
     """``tune`` with the race (tuner.race) on a timed backend. Each configuration's first measurement is a
     trial of the key's study (its samples, the shipped model's and the device model's predictions beside
     it); the race's further samples and the entry are stored with the study, so a finished key is never
-    timed again and every worker reads the same."""
-    plan = plan or RacePlan()
-    soc = load_soc(key.soc)
-    space = TrialSpace(soc, key.variant)
-    model = model or DeviceModel(soc, PRIOR_SIGMA)
+    timed again and every worker reads the same. The study records how many keys the device model it was
+    raced on had been fitted on (``model_keys``: what ``look_again`` asks)."""
+    model = model or DeviceModel(load_soc(key.soc), PRIOR_SIGMA)
     name = key.study_name(backend.name)
     try:
         study = optuna.create_study(study_name=name, storage=storage, direction="minimize")
         study.set_user_attr("heartbeat", time.time())  # first: a study without one is read as being created
         study.set_user_attr("key", key_attrs(key))
         study.set_user_attr("strategy", "race")
+        study.set_user_attr("model_keys", model.keys)
         if settings is not None:
             study.set_user_attr("sweep", settings)
     except optuna.exceptions.DuplicatedStudyError:
@@ -455,69 +458,159 @@ def _tune_race(
             raise KeyBusy(name) from None  # another worker is racing it: come back for its entry
     if "entry" in study.user_attrs:
         return entry_from_attrs(key, study.user_attrs["entry"])
-    study.set_user_attr("owner", f"{socket.gethostname()}:{os.getpid()}")  # the worker racing it (ops)
-    study.set_user_attr("heartbeat", time.time())
-    dists = space.distributions()
-    known: dict[tuple[int, ...], Entrant] = {}
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if all(k in t.user_attrs for k in KNOB_NAMES) and "samples" in t.user_attrs:
-            e = entrant_of(space, key.size, TilingParams(*_params_of(t)), t.user_attrs["samples"])
-            known[e.key] = e
+    return _KeyRace(key, backend, study, protocol, records, model, plan).run(trials)
 
-    def measure_new(params: TilingParams) -> Entrant | None:
-        t = compute_tiling([key.size], key.variant, params, soc)
-        violations = validate(t, soc)
+
+class _KeyRace:
+    """One key's race in its study: the configurations it measured before (with every sample the race took
+    of them), a new one measured as a trial of the study (and recorded), and the entry stored at the end."""
+
+    def __init__(
+        self,
+        key: StudyKey,
+        backend: Backend,
+        study: optuna.Study,
+        protocol: MeasurementProtocol,
+        records: RecordLog | None,
+        model: DeviceModel,
+        plan: RacePlan | None,
+    ) -> None:
+        self.key, self.backend, self.study, self.protocol, self.records = key, backend, study, protocol, records
+        self.model, self.plan = model, plan or RacePlan()
+        self.soc = load_soc(key.soc)
+        self.space = TrialSpace(self.soc, key.variant)
+        self.dists = self.space.distributions()
+        if "entry" not in study.user_attrs:  # (a second look says who looked in its own record)
+            study.set_user_attr("owner", _worker())  # the worker racing it (ops)
+        study.set_user_attr("heartbeat", time.time())
+        raced = study.user_attrs.get("race", {})  # a finished race's samples, by configuration
+        self.known: dict[tuple[int, ...], Entrant] = {}
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if all(k in t.user_attrs for k in KNOB_NAMES) and "samples" in t.user_attrs:
+                e = entrant_of(self.space, key.size, TilingParams(*_params_of(t)), t.user_attrs["samples"])
+                e.samples = list(raced.get(_knob_text(e), e.samples))
+                self.known[e.key] = e
+        self.to_record: dict[tuple[int, ...], tuple[TilingData, Measurement, float, float]] = {}
+
+    def measure_new(self, params: TilingParams) -> Entrant | None:
+        key, space, study = self.key, self.space, self.study
+        t = compute_tiling([key.size], key.variant, params, self.soc)
+        violations = validate(t, self.soc)
         if violations:
             raise InvalidConfiguration(f"{key}: {params} -> {[v.kind for v in violations]}")
         e = entrant_of(space, key.size, params, [])
-        if e.key in known:
-            return known[e.key]
+        if e.key in self.known:
+            return self.known[e.key]
         attrs: dict[str, object] = dict(zip(KNOB_NAMES, e.key, strict=True))
-        attrs["predicted_us"] = predict(t, soc)
-        attrs["predicted_device_us"] = predict(t, model.profile)
+        attrs["predicted_us"] = predict(t, self.soc)
+        attrs["predicted_device_us"] = predict(t, self.model.profile)
         try:
-            samples = race_samples(backend, t, plan.first_samples, protocol.warmup, soc)
+            samples = race_samples(self.backend, t, self.plan.first_samples, self.protocol.warmup, self.soc)
         except MeasurementError as err:
             failed = attrs | {"error": str(err)}
             point = space.point_of(e.params)
-            study.add_trial(optuna.trial.create_trial(params=point, distributions=dists, state=TrialState.FAIL,
+            study.add_trial(optuna.trial.create_trial(params=point, distributions=self.dists, state=TrialState.FAIL,
                                                       user_attrs=failed))  # fmt: skip
             return None
         e.samples = samples
         study.set_user_attr("heartbeat", time.time())  # this worker is alive and on the key
-        m = summarise(samples, protocol.outlier_mads)
+        m = summarise(samples, self.protocol.outlier_mads)
         attrs |= m.as_attrs() | {"spread_us": m.iqr_us}
-        study.add_trial(optuna.trial.create_trial(params=space.point_of(e.params), distributions=dists,
+        study.add_trial(optuna.trial.create_trial(params=space.point_of(e.params), distributions=self.dists,
                                                   value=m.median_us, user_attrs=attrs))  # fmt: skip
-        to_record[e.key] = (t, m, float(attrs["predicted_us"]), float(attrs["predicted_device_us"]))  # type: ignore[arg-type]
-        known[e.key] = e
+        self.to_record[e.key] = (t, m, float(attrs["predicted_us"]), float(attrs["predicted_device_us"]))  # type: ignore[arg-type]
+        self.known[e.key] = e
         return e
 
-    to_record: dict[tuple[int, ...], tuple[TilingData, Measurement, float, float]] = {}
+    def run(self, trials: int, before: list[Entrant] | None = None) -> TableEntry:
+        """Race to ``trials`` configurations measured (``before``: those measured earlier count), store and
+        return the entry."""
+        key, soc, study = self.key, self.soc, self.study
+        leader, measured, in_band = search(self.space, key.size, self.model, trials, self.measure_new, self.backend,
+                                           key.seed(), self.plan, self.protocol.warmup,
+                                           lambda e: needs_flush(e.tiling, soc), before or [])  # fmt: skip
+        study.set_user_attr("race", {_knob_text(e): e.samples for e in measured})
+        if self.records is not None:  # after the race: each record holds every sample the learner will fit to
+            for e in measured:
+                if e.key in self.to_record:
+                    tiling, first, predicted, device = self.to_record[e.key]
+                    self.records.write(key, self.backend.name, tiling, first, predicted, predicted_device_us=device,
+                                       raced=e.samples)  # fmt: skip
+        default = entrant_of(self.space, key.size, self.space.default_params(), [])
+        seed_us = (
+            self.known[default.key].median()
+            if default.key in self.known
+            else measure(self.backend, default.tiling, self.protocol).median_us
+        )
+        q1, q3 = np.percentile(leader.samples, [25, 75])
+        entry = TableEntry(
+            variant=key.variant,
+            size=key.size,
+            params=dict(zip(KNOB_NAMES, leader.key, strict=True)),
+            tuned_us=round(leader.median(), 4),
+            seed_default_us=round(seed_us, 4),
+            trials=len(measured),
+            spread_us=round(float(q3 - q1), 4),
+        )
+        study.set_user_attr("entry", entry.to_json() | {"band": in_band})
+        return entry
 
-    leader, measured, in_band = search(space, key.size, model, trials, measure_new, backend, key.seed(), plan,
-                                       protocol.warmup, lambda e: needs_flush(e.tiling, soc))  # fmt: skip
-    study.set_user_attr("race", {_knob_text(e): e.samples for e in measured})
-    if records is not None:  # after the race: each record holds every sample the learner will fit to
-        for e in measured:
-            if e.key in to_record:
-                tiling, first, predicted, device = to_record[e.key]
-                records.write(key, backend.name, tiling, first, predicted, predicted_device_us=device, raced=e.samples)
-    default = entrant_of(space, key.size, space.default_params(), [])
-    seed_us = (
-        known[default.key].median() if default.key in known else measure(backend, default.tiling, protocol).median_us
-    )
-    q1, q3 = np.percentile(leader.samples, [25, 75])
-    entry = TableEntry(
-        variant=key.variant,
-        size=key.size,
-        params=dict(zip(KNOB_NAMES, leader.key, strict=True)),
-        tuned_us=round(leader.median(), 4),
-        seed_default_us=round(seed_us, 4),
-        trials=len(measured),
-        spread_us=round(float(q3 - q1), 4),
-    )
-    study.set_user_attr("entry", entry.to_json() | {"band": in_band})
+
+def look_due(model: DeviceModel | None, plan: RacePlan | None) -> int:
+    """Trials a key raced now keeps for its second look (``look_again``): ``plan.second_look`` while the device
+    model is fitted on fewer than ``plan.settled_keys`` keys, else 0."""
+    plan = plan or RacePlan()
+    keys = model.keys if model is not None else 0
+    return plan.second_look if keys < plan.settled_keys else 0
+
+
+def look_again(
+    key: StudyKey,
+    backend: Backend,
+    storage: optuna.storages.BaseStorage | str,
+    trials: int,
+    model: DeviceModel,
+    protocol: MeasurementProtocol | None = None,
+    records: RecordLog | None = None,
+    plan: RacePlan | None = None,
+) -> TableEntry | None:
+    """A second look at a raced key whose race ran on a device model fitted on fewer than
+    ``plan.settled_keys`` keys (its study's ``model_keys``): the configurations it measured stay, ``model``
+    (the whole sweep's) proposes the rest up to ``trials`` measured in all, the race picks among them all, and
+    the study's entry is replaced. Its first race kept those trials (``look_due``): the budget is the key's.
+    Done once (the study's ``second_look``; a key looked at before answers its entry as it stands); a key whose
+    model had settled is not looked at (None). Several workers: the first to create the study ``<key's
+    study>/look`` looks; the others wait for its result (or take over once it stops beating, as a race's key
+    is taken over)."""
+    plan = plan or RacePlan()
+    name = key.study_name(backend.name)
+    study = optuna.load_study(study_name=name, storage=storage)
+    attrs = study.user_attrs
+    settled = attrs.get("model_keys", plan.settled_keys) >= plan.settled_keys  # (studies from before: settled)
+    if "entry" not in attrs or settled:
+        return None
+    if "second_look" in attrs:  # looked at before (by this sweep, resumed, or another worker): its entry now
+        return entry_from_attrs(key, attrs["entry"])
+    try:
+        claim = optuna.create_study(study_name=f"{name}/look", storage=storage)
+    except optuna.exceptions.DuplicatedStudyError:
+        claim = optuna.load_study(study_name=f"{name}/look", storage=storage)
+        while "second_look" not in study.user_attrs:
+            if time.time() - float(claim.user_attrs.get("heartbeat", 0.0)) >= STALE_S:
+                break  # its worker went away: look here
+            time.sleep(2.0)
+        else:
+            return entry_from_attrs(key, study.user_attrs["entry"])
+    claim.set_user_attr("heartbeat", time.time())
+    race = _KeyRace(key, backend, study, protocol or MeasurementProtocol(), records, model, plan)
+    old = study.user_attrs["entry"]
+    if trials - len(race.known) <= 0:
+        study.set_user_attr("second_look", {"model_keys": model.keys, "trials": 0, "before": old["params"]})
+        return entry_from_attrs(key, old)
+    entry = race.run(trials, before=list(race.known.values()))
+    look = {"model_keys": model.keys, "trials": entry.trials - int(old["trials"]), "before": old["params"],
+            "owner": _worker()}  # fmt: skip
+    study.set_user_attr("second_look", look)
     return entry
 
 

@@ -14,6 +14,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,8 @@ from tiling_model.soc import profile_from_json
 from tiling_model.tables import load_table
 from tuner.backends import CpuTwinBackend
 from tuner.key import StudyKey
+from tuner.learning import DeviceModel
+from tuner.race import RacePlan
 from tuner.records import RecordLog
 from tuner.storage import open_storage
 from tuner.sweep import run_sweep
@@ -121,13 +124,14 @@ def test_every_key_spends_its_budget_and_the_learnt_model_finds_better_tilings(s
 
 def test_stopping_early_takes_fewer_trials_once_the_device_is_fitted(tmp_path: Path) -> None:
     """``--stop-early``: the keys searched before the device was fitted (the first two) take the whole budget;
-    the rest, on the learnt model, stop once nothing untimed is expected to beat their leader."""
+    the rest, on the learnt model, stop once nothing untimed is expected to beat their leader (without the
+    second look, whose race on the learnt model may stop early too)."""
     from tuner.learning import MIN_KEYS
     from tuner.race import RacePlan
 
     storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
     early = run_sweep(keys(), SyntheticBackend(DEVICE, seed=2), storage, 16, None, False,
-                      plan=RacePlan(stop_early=True))  # fmt: skip
+                      plan=RacePlan(stop_early=True, second_look=0))  # fmt: skip
     trials = [e.trials for e in early.entries]  # in the sweep's order
     assert trials[:MIN_KEYS] == [16] * MIN_KEYS and statistics.mean(trials[MIN_KEYS:]) < 16
 
@@ -306,8 +310,13 @@ def test_two_workers_on_one_storage_race_each_key_once_and_write_the_same_table(
     assert a["entries"] == b["entries"] and len(a["entries"]) == 8
     assert a["device"]["fit"]["cases"] == b["device"]["fit"]["cases"]
     storage = open_storage(db)
-    assert len({s.user_attrs["owner"] for s in storage.get_all_studies()}) == 2  # both workers raced keys
-    for s in storage.get_all_studies():
+    studies = [s for s in storage.get_all_studies() if "key" in s.user_attrs]  # (not the second looks' claims)
+    assert len({s.user_attrs["owner"] for s in studies}) == 2  # both workers raced keys
+    early = [s for s in studies if s.user_attrs["model_keys"] < RacePlan().settled_keys]
+    assert early and all("second_look" in s.user_attrs for s in early)  # each key raced on an unsettled model
+    assert not any("second_look" in s.user_attrs for s in studies if s not in early)
+    assert sum(s.study_name.endswith("/look") for s in storage.get_all_studies()) == len(early)  # one claim each
+    for s in studies:
         trials = storage.get_all_trials(s._study_id, deepcopy=False)
         knobs = [
             tuple(t.user_attrs[k] for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")) for t in trials
@@ -427,10 +436,99 @@ def test_the_cli_stops_early_where_it_races_and_says_so_where_it_does_not(
     assert "--stop-early stops the race" in capsys.readouterr().err
     db = tmp_path / "s.db"
     assert main([*args, "--storage", f"sqlite:///{db}", "--backend", "synthetic", "--seed", "3", "--stop-early"]) == 0
-    (study,) = open_storage(f"sqlite:///{db}").get_all_studies()
+    (study,) = (s for s in open_storage(f"sqlite:///{db}").get_all_studies() if "key" in s.user_attrs)
     assert study.user_attrs["sweep"]["stop_early"] is True
     full = ["--storage", f"sqlite:///{tmp_path / 'f.db'}", "--backend", "synthetic", "--seed", "3"]
     assert main([*args, *full]) == 0  # every trial spent: not resumed as a sweep that stops early
     assert main([*args, *full, "--stop-early"]) == 2 and "stop_early=False (this run: True)" in capsys.readouterr().err
     stopped = ["--storage", f"sqlite:///{db}", "--backend", "synthetic", "--seed", "3"]
     assert main([*args, *stopped]) == 2 and "stop_early=True (this run: False)" in capsys.readouterr().err
+
+
+def test_keys_raced_before_the_model_settled_get_a_second_look_within_their_budget(swept) -> None:
+    """The sweep's first keys (raced on a model fitted on fewer than ``settled_keys`` keys) race K trials fewer;
+    once every key is done, a second look spends those K on the whole sweep's model: every key ends at its
+    budget, the look measures only configurations its first race had not, and records what it did; a key
+    raced on a settled model is never looked at, and asking again answers the entry as it stands."""
+    from tuner.study import look_again
+
+    tmp, _, table = swept
+    plan = RacePlan()
+    storage = open_storage(f"sqlite:///{tmp / 'studies.db'}")
+    assert [e.trials for e in table.entries] == [16] * len(table.entries)
+    studies = {s.study_name: s for s in storage.get_all_studies() if "key" in s.user_attrs}
+    early = [s for s in studies.values() if s.user_attrs["model_keys"] < plan.settled_keys]
+    assert len(early) == plan.settled_keys  # the shipped model until 24 measurements, then fits of < 6 keys
+    for s in studies.values():
+        look = s.user_attrs.get("second_look")
+        assert (look is not None) == (s in early), s.study_name
+        trials = storage.get_all_trials(s._study_id, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        knobs = [
+            tuple(t.user_attrs[k] for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")) for t in trials
+        ]
+        assert len(knobs) == len(set(knobs)) == 16  # none measured twice
+        if look is not None:
+            assert look["trials"] == plan.second_look and look["model_keys"] >= plan.settled_keys
+    backend = SyntheticBackend(DEVICE, seed=2)
+    model = DeviceModel(SOC, 0.02)
+    for key in keys():
+        entry = next(e for e in table.entries if (e.variant, e.size) == (key.variant, key.size))
+        again = look_again(key, backend, storage, 16, model)
+        assert (again is not None) == (key.study_name(backend.name) in {s.study_name for s in early})
+        assert again is None or again == entry
+    assert backend.samples == 0  # nothing measured again
+
+
+def test_the_cli_takes_a_second_look_where_it_races_and_never_resumes_across_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--second-look K`` is the race's (the model backend's TPE refuses it by name); a sweep does not resume
+    studies made with another K (their first races kept other trials back)."""
+    from tuner.cli import main
+
+    args = ["sweep", "--soc", "Ascend910B2", "--dtypes", "float32", "--reductions", "none", "--weights", "none",
+            "--sizes", "65536", "--trials", "8", "--no-progress", "--out", str(tmp_path / "t.json")]  # fmt: skip
+    assert main([*args, "--storage", f"sqlite:///{tmp_path / 'm.db'}", "--second-look", "3"]) == 2
+    assert "--second-look is the race's" in capsys.readouterr().err
+    timed = [*args, "--storage", f"sqlite:///{tmp_path / 's.db'}", "--backend", "synthetic", "--seed", "3"]
+    assert main(timed) == 0
+    (study,) = (s for s in open_storage(f"sqlite:///{tmp_path / 's.db'}").get_all_studies() if "key" in s.user_attrs)
+    assert study.user_attrs["second_look"]["trials"] == 6 and json.loads((tmp_path / "t.json").read_text())[
+        "entries"][0]["trials"] == 8  # fmt: skip
+    assert main([*timed, "--second-look", "0"]) == 2
+    assert "second_look=6 (this run: 0)" in capsys.readouterr().err
+
+
+def test_a_second_look_another_worker_claimed_is_waited_for_and_taken_over_once_it_stops_beating() -> None:
+    """Two workers on one storage: the one that created ``<study>/look`` looks, the other waits for its result
+    (measuring nothing); a claim whose worker stopped beating (STALE_S) is taken over."""
+    import threading
+
+    from tuner.study import look_again, tune
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.InMemoryStorage()
+    backend = SyntheticBackend(DEVICE, seed=3)
+    waited, taken = keys()[0], keys()[1]
+    for key in (waited, taken):
+        tune(key, backend, storage, 4, strategy="race")  # on the shipped model: due a look
+    fitted = DeviceModel(SOC, 0.02)
+    name = waited.study_name(backend.name)
+    claim = optuna.create_study(study_name=f"{name}/look", storage=storage)
+    claim.set_user_attr("heartbeat", time.time())
+    study = optuna.load_study(study_name=name, storage=storage)
+    entry = dict(study.user_attrs["entry"]) | {"tuned_us": 1.0}
+
+    def other_worker_done() -> None:
+        time.sleep(0.3)
+        study.set_user_attr("entry", entry)
+        study.set_user_attr("second_look", {"model_keys": 8, "trials": 4})
+
+    threading.Thread(target=other_worker_done).start()
+    before = backend.samples
+    got = look_again(waited, backend, storage, 8, fitted)
+    assert got is not None and got.tuned_us == 1.0 and backend.samples == before
+    stale = optuna.create_study(study_name=f"{taken.study_name(backend.name)}/look", storage=storage)
+    stale.set_user_attr("heartbeat", 0.0)
+    got = look_again(taken, backend, storage, 8, fitted)
+    assert got is not None and got.trials == 8 and backend.samples > before
