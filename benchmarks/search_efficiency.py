@@ -30,6 +30,7 @@ from tiling_model.space import score_space
 from tuner.explore import choose
 from tuner.key import StudyKey
 from tuner.learning import Learner, measurements
+from tuner.race import RacePlan
 from tuner.study import look_again, look_due, tune
 from tuner.sweep import sweep_keys
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
@@ -50,9 +51,10 @@ def pick_keys(count: int, seed: int = 2026) -> list[StudyKey]:
 
 
 def run(strategy: str, keys: list[StudyKey], device: SyntheticDevice, budget: int, replicate: int,
-        explore: int = 0) -> dict:  # fmt: skip
-    """Tune the keys in order on the device; with ``explore`` (device loop only), then that many sizes between
-    them that teach most (``tuner.explore``), at the same budget each. Regrets are the keys'."""
+        explore: int = 0, plan: RacePlan | None = None) -> dict:  # fmt: skip
+    """Tune the keys in order on the device (the device loop with ``plan``, the race's default without); with
+    ``explore`` (device loop only), then that many sizes between them that teach most (``tuner.explore``), at
+    the same budget each. Regrets are the keys'."""
     backend = SyntheticBackend(device, seed=1000 * replicate + budget)
     storage = optuna.storages.InMemoryStorage()
     learner = Learner(device.soc, storage, backend.name) if strategy == "device loop" else None
@@ -62,7 +64,7 @@ def run(strategy: str, keys: list[StudyKey], device: SyntheticDevice, budget: in
         assert learner is not None
         for i, key in enumerate(keys[: len(entries)]):
             before = backend.samples
-            looked = look_again(key, backend, storage, budget, learner.model())
+            looked = look_again(key, backend, storage, budget, learner.model(), plan=plan)
             if looked is not None and looked != entries[i]:
                 learner.study_done()
                 entries[i] = looked
@@ -70,9 +72,9 @@ def run(strategy: str, keys: list[StudyKey], device: SyntheticDevice, budget: in
 
     for key in keys:
         before = backend.samples
-        kept = look_due(learner.model(), None) if learner else 0  # (kept for the second look, as run_sweep does)
+        kept = look_due(learner.model(), plan) if learner else 0  # (kept for the second look, as run_sweep does)
         e = tune(key, backend, storage, budget - kept, model=learner.model() if learner else None,
-                 strategy="race" if learner else "tpe")  # fmt: skip
+                 strategy="race" if learner else "tpe", plan=plan)  # fmt: skip
         if learner:
             learner.study_done()
         samples.append(backend.samples - before)

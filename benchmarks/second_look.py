@@ -24,51 +24,24 @@ from multiprocessing import Pool
 
 import numpy as np
 import optuna
-from search_efficiency import pick_keys
+from search_efficiency import pick_keys, run
 
 from tiling_model import load_soc
-from tuner.learning import Learner
 from tuner.race import RacePlan
-from tuner.study import look_again, look_due, tune
-from tuner.synthetic import DEVICE_SHAPES, SyntheticBackend, SyntheticDevice
+from tuner.synthetic import DEVICE_SHAPES, SyntheticDevice
 
 SOC = "Ascend910B2"
 PLANS = {"one race": RacePlan(second_look=0), "second look": RacePlan()}
 
 
 def sweep(job: tuple[str, int, str, int, int, int]) -> tuple[list[float], list[int], list[int]]:
-    """One device loop over the keys, as run_sweep races them: each key's true regret, trials and samples."""
+    """One device loop over the keys, as run_sweep races them (search_efficiency.run): each key's true regret,
+    trials and samples."""
     shape, seed, plan_name, budget, replicate, count = job
-    plan = PLANS[plan_name]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     device = SyntheticDevice(load_soc(SOC), seed, shape=shape)
-    backend = SyntheticBackend(device, seed=1000 * replicate + budget)
-    storage = optuna.storages.InMemoryStorage()
-    learner = Learner(device.soc, storage, backend.name)
-    keys = pick_keys(count)
-    entries, samples = {}, {}
-
-    def look() -> None:  # run_sweep's: every key that is due, on the model as it is now
-        for key in list(entries):
-            before = backend.samples
-            looked = look_again(key, backend, storage, budget, learner.model(), plan=plan)
-            if looked is not None and looked != entries[key]:
-                learner.study_done()
-                entries[key] = looked
-            samples[key] += backend.samples - before
-
-    for key in keys:
-        before = backend.samples
-        kept = look_due(learner.model(), plan)
-        entries[key] = tune(key, backend, storage, budget - kept, model=learner.model(), strategy="race", plan=plan)
-        learner.study_done()
-        samples[key] = backend.samples - before
-    look()  # once every key is done, on the whole sweep's model
-    regrets = []
-    for key in keys:
-        best, _ = device.optimum(key.variant, key.size)
-        regrets.append(device.true_us(key.variant, key.size, entries[key].tiling_params()) / best - 1.0)
-    return regrets, [entries[k].trials for k in keys], [samples[k] for k in keys]
+    out = run("device loop", pick_keys(count), device, budget, replicate, plan=PLANS[plan_name])
+    return out["regret"], out["trials"], out["samples"]
 
 
 def main() -> int:
