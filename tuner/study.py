@@ -587,7 +587,7 @@ def look_again(
     study = optuna.load_study(study_name=name, storage=storage)
     attrs = study.user_attrs
     settled = attrs.get("model_keys", plan.settled_keys) >= plan.settled_keys  # (studies from before: settled)
-    if "entry" not in attrs or settled:
+    if "entry" not in attrs or settled or plan.second_look <= 0:
         return None
     if "second_look" in attrs:  # looked at before (by this sweep, resumed, or another worker): its entry now
         return entry_from_attrs(key, attrs["entry"])
