@@ -19,13 +19,13 @@ from multiprocessing import Pool
 
 import numpy as np
 import optuna
-from search_efficiency import pick_keys
+from search_efficiency import pick_keys, stand_in_devices
 
 from tiling_model import load_soc
 from tuner.learning import Learner
 from tuner.race import RacePlan
 from tuner.study import tune
-from tuner.synthetic import DEVICE_SHAPES, SyntheticBackend, SyntheticDevice
+from tuner.synthetic import SyntheticBackend, SyntheticDevice
 
 SOC = "Ascend910B2"
 PLANS = {"every trial": RacePlan(), "stop early": RacePlan(stop_early=True)}
@@ -58,12 +58,7 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=20)
     ap.add_argument("--keys", type=int, default=30)
     a = ap.parse_args()
-    devices = []
-    for d in a.devices.split(","):
-        shape, _, seed = d.partition(":")
-        if shape not in DEVICE_SHAPES or not seed.isdigit():
-            ap.error(f"--devices: {d!r} is not shape:seed with a shape of {', '.join(DEVICE_SHAPES)}")
-        devices.append((shape, int(seed)))
+    devices = stand_in_devices(a.devices, ap)
     start = time.monotonic()
     jobs = [(s, d, p, a.budget, r, a.keys) for s, d in devices for p in PLANS for r in range(a.replicates)]
     with Pool(2) as pool:

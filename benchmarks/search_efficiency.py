@@ -33,11 +33,22 @@ from tuner.learning import Learner, measurements
 from tuner.race import RacePlan
 from tuner.study import look_again, look_due, tune
 from tuner.sweep import sweep_keys
-from tuner.synthetic import SyntheticBackend, SyntheticDevice
+from tuner.synthetic import DEVICE_SHAPES, SyntheticBackend, SyntheticDevice
 from tuner.trial_space import TrialSpace
 
 SOC = "Ascend910B2"
 SIZES = tuple(4**k for k in range(5, 14))  # 1 Ki .. 64 Mi
+
+
+def stand_in_devices(text: str, ap: argparse.ArgumentParser) -> list[tuple[str, int]]:
+    """``--devices shape:seed,...`` as (shape, seed) pairs (tuner.synthetic); a bad one is the parser's error."""
+    out = []
+    for spec in text.split(","):
+        shape, _, seed = spec.partition(":")
+        if shape not in DEVICE_SHAPES or not seed.isdigit():
+            ap.error(f"--devices: {spec!r} is not shape:seed with a shape of {', '.join(DEVICE_SHAPES)}")
+        out.append((shape, int(seed)))
+    return out
 
 
 def pick_keys(count: int, seed: int = 2026) -> list[StudyKey]:

@@ -24,11 +24,11 @@ from multiprocessing import Pool
 
 import numpy as np
 import optuna
-from search_efficiency import pick_keys, run
+from search_efficiency import pick_keys, run, stand_in_devices
 
 from tiling_model import load_soc
 from tuner.race import RacePlan
-from tuner.synthetic import DEVICE_SHAPES, SyntheticDevice
+from tuner.synthetic import SyntheticDevice
 
 SOC = "Ascend910B2"
 PLANS = {"one race": RacePlan(second_look=0), "second look": RacePlan()}
@@ -55,12 +55,7 @@ def main() -> int:
     plans = [p for p in a.plans.split(",") if p]
     if not plans or any(p not in PLANS for p in plans):
         ap.error(f"--plans: each of {', '.join(PLANS)}")
-    devices = []
-    for d in a.devices.split(","):
-        shape, _, seed = d.partition(":")
-        if shape not in DEVICE_SHAPES or not seed.isdigit():
-            ap.error(f"--devices: {d!r} is not shape:seed with a shape of {', '.join(DEVICE_SHAPES)}")
-        devices.append((shape, int(seed)))
+    devices = stand_in_devices(a.devices, ap)
     budgets = [int(b) for b in a.budgets.split(",")]
     first = RacePlan().settled_keys
     start = time.monotonic()

@@ -43,7 +43,7 @@ from dataclasses import replace
 
 import numpy as np
 import optuna
-from search_efficiency import pick_keys, run
+from search_efficiency import pick_keys, run, stand_in_devices
 
 from model_tools.calibrate import device_residual
 from tiling_model import TilingParams, Variant, engine, load_soc
@@ -55,7 +55,7 @@ from tiling_model.soc import SocProfile, rehashed
 from tiling_model.space import BLOCK_CHOICES, score_space, tile_choices
 from tuner.explore import shared_trials
 from tuner.learning import measurements
-from tuner.synthetic import DEVICE_SHAPES, SyntheticDevice
+from tuner.synthetic import SyntheticDevice
 
 SOC = "Ascend910B2"
 FACTORS = (0.61, 1.37)
@@ -178,11 +178,8 @@ def main() -> int:
                          "at fewer trials: the same device budget")  # fmt: skip
     a = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    for spec in a.devices.split(","):
-        shape, _, seed = spec.partition(":")
-        if shape not in DEVICE_SHAPES or not seed.isdigit():
-            ap.error(f"--devices: {spec!r} is not shape:seed with a shape of {', '.join(DEVICE_SHAPES)}")
-        judge(shape, int(seed), a.keys, a.trials, a.judged, a.explore)
+    for shape, seed in stand_in_devices(a.devices, ap):
+        judge(shape, seed, a.keys, a.trials, a.judged, a.explore)
     return 0
 
 
