@@ -474,8 +474,11 @@ class _KeyRace:
         records: RecordLog | None,
         model: DeviceModel,
         plan: RacePlan | None,
+        claim: optuna.Study | None = None,
     ) -> None:
+        """``claim``: a second look's claim study, which beats with the key's (its waiters read it)."""
         self.key, self.backend, self.study, self.protocol, self.records = key, backend, study, protocol, records
+        self.beating = [study] if claim is None else [study, claim]
         self.model, self.plan = model, plan or RacePlan()
         self.soc = load_soc(key.soc)
         self.space = TrialSpace(self.soc, key.variant)
@@ -513,7 +516,8 @@ class _KeyRace:
                                                       user_attrs=failed))  # fmt: skip
             return None
         e.samples = samples
-        study.set_user_attr("heartbeat", time.time())  # this worker is alive and on the key
+        for beating in self.beating:  # this worker is alive and on the key
+            beating.set_user_attr("heartbeat", time.time())
         m = summarise(samples, self.protocol.outlier_mads)
         attrs |= m.as_attrs() | {"spread_us": m.iqr_us}
         study.add_trial(optuna.trial.create_trial(params=space.point_of(e.params), distributions=self.dists,
@@ -602,7 +606,7 @@ def look_again(
         else:
             return entry_from_attrs(key, study.user_attrs["entry"])
     claim.set_user_attr("heartbeat", time.time())
-    race = _KeyRace(key, backend, study, protocol or MeasurementProtocol(), records, model, plan)
+    race = _KeyRace(key, backend, study, protocol or MeasurementProtocol(), records, model, plan, claim)
     old = study.user_attrs["entry"]
     if trials - len(race.known) <= 0:
         study.set_user_attr("second_look", {"model_keys": model.keys, "trials": 0, "before": old["params"]})

@@ -532,3 +532,6 @@ def test_a_second_look_another_worker_claimed_is_waited_for_and_taken_over_once_
     stale.set_user_attr("heartbeat", 0.0)
     got = look_again(taken, backend, storage, 8, fitted)
     assert got is not None and got.trials == 8 and backend.samples > before
+    claim = optuna.load_study(study_name=f"{taken.study_name(backend.name)}/look", storage=storage)
+    raced = optuna.load_study(study_name=taken.study_name(backend.name), storage=storage)
+    assert claim.user_attrs["heartbeat"] >= raced.user_attrs["heartbeat"]  # it beats as it measures: not taken over
