@@ -73,7 +73,7 @@ def run(strategy: str, keys: list[StudyKey], device: SyntheticDevice, budget: in
 
     def look() -> None:  # run_sweep's second look: the keys raced before the model settled, on it now
         assert learner is not None
-        for i, key in enumerate(keys[: len(entries)]):
+        for i, key in enumerate(keys):
             before = backend.samples
             looked = look_again(key, backend, storage, budget, learner.model(), plan=plan)
             if looked is not None and looked != entries[i]:
