@@ -9,12 +9,21 @@ import numpy as np
 import optuna
 import pytest
 
-from model_tools.calibrate import case_levels
-from tiling_model import Variant, load_soc
+from model_tools.calibrate import Measured, case_levels
+from tiling_model import SocProfile, Variant, load_soc
 from tiling_model.residual import FEATURES
-from tuner.explore import OFFSETS, STEPS, candidates, choose, level_counts, likely_levels, novelty, shared_trials
+from tuner.explore import (
+    OFFSETS,
+    STEPS,
+    Choice,
+    candidates,
+    choose,
+    level_counts,
+    likely_levels,
+    novelty,
+    shared_trials,
+)
 from tuner.key import StudyKey
-from tuner.learning import measurements
 from tuner.storage import open_storage
 from tuner.sweep import run_sweep
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
@@ -46,11 +55,26 @@ def test_novelty_falls_as_a_levels_measurements_grow() -> None:
 
 
 @pytest.mark.slow
-def test_a_sweep_adds_sizes_that_reach_levels_its_grid_never_measured(tmp_path: Path) -> None:
+def test_a_sweep_adds_sizes_that_reach_levels_its_grid_never_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Three powers of four on a stand-in device whose effects follow the realised tiling, then two sizes
-    between them: the first one chosen has a likely configuration at a level no grid measurement had (a
-    misaligned last copy, an odd tiles-per-core count: what sizes between powers of four realise); both ship
-    as entries of the table, every study at the shared budget."""
+    between them: the first one chosen is the candidate whose likely configurations the grid's measurements
+    say least about (on the model the sweep had then), here one with a level no grid measurement had (a
+    misaligned last copy, an odd tiles-per-core count: what sizes between powers of four realise), and the
+    candidates differ, so another choice fails; both ship as entries of the table, every study at the shared
+    budget."""
+    import tuner.sweep
+
+    seen: list[tuple[list[Measured], SocProfile]] = []
+
+    def recorded(
+        keys: list[StudyKey], measured: list[Measured], profile: SocProfile, count: int, trials: int
+    ) -> list[Choice]:
+        seen.append((list(measured), profile))
+        return choose(keys, measured, profile, count, trials)
+
+    monkeypatch.setattr(tuner.sweep, "choose", recorded)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
     backend = SyntheticBackend(SyntheticDevice(SOC, seed=3, shape="realised"), seed=2)
@@ -59,11 +83,13 @@ def test_a_sweep_adds_sizes_that_reach_levels_its_grid_never_measured(tmp_path: 
     extra = [e for e in table.entries if e.size not in {k.size for k in GRID}]
     assert len(table.entries) == len(GRID) + 2 and len(extra) == 2
     assert {e.size for e in extra} <= {k.size for k in candidates(GRID)}
-    cases = measurements(storage, SOC, backend.name)
-    grid_levels = level_counts(case_levels([m for m in cases if m.launches[0].n in {k.size for k in GRID}]))
-    first = StudyKey(SOC.name, GRID[0].variant, extra[0].size)
-    lv = likely_levels(first, table.profile())
-    assert any(grid_levels[j][lv[i, j]] == 0 for i in range(lv.shape[0]) for j in range(len(FEATURES)))
+    ((measured, profile),) = seen
+    assert {m.launches[0].n for m in measured} == {k.size for k in GRID}  # chosen on the grid's measurements
+    counts = level_counts(case_levels(measured))
+    score = {k.size: novelty(likely_levels(k, profile), counts) for k in candidates(GRID)}
+    assert score[extra[0].size] == max(score.values()) > min(score.values())
+    lv = likely_levels(StudyKey(SOC.name, GRID[0].variant, extra[0].size), profile)
+    assert any(counts[j][lv[i, j]] == 0 for i in range(lv.shape[0]) for j in range(len(FEATURES)))
 
 
 def test_exploring_needs_a_device_loop(tmp_path: Path) -> None:
