@@ -224,35 +224,56 @@ def _record_tiling(rec: dict[str, Any], soc: SocProfile) -> tuple[str, TilingDat
     raise ValueError(f"kernel.kind must be bce_grad, elementwise or one of {', '.join(NAMED_KERNELS)}")
 
 
-def read_records(path: Path, soc: SocProfile) -> list[Measured]:
-    """Measurement records, one JSON object per line (blank lines skipped): ``kernel`` (``kind``
+def record_documents(paths: Path | Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """Every record of ``paths`` as (``file:line``, its JSON object), file by file and line by line (blank
+    lines skipped), less those a later record supersedes: one marked ``"again": true`` (a second look's race
+    took further samples of a configuration its first race measured, ``tuner.study.look_again``) carries all
+    of that configuration's samples and replaces the earlier record of the same ``key`` and ``params``, in
+    any of the files. A line that is not a JSON object is a CalibrationError naming it."""
+    docs: list[tuple[str, dict[str, Any]]] = []
+    latest: dict[tuple[str, str], int] = {}  # (key, params) -> its record's index in docs
+    for path in [paths] if isinstance(paths, Path) else paths:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as e:
+            raise CalibrationError(f"{path}: cannot read ({e.strerror})") from None
+        for i, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{i}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CalibrationError(f"{where}: not valid JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise CalibrationError(f"{where}: TypeError: a record is a JSON object")
+            same = (str(rec.get("key", "")), json.dumps(rec.get("params"), sort_keys=True))
+            if rec.get("again") is True and same[0] and same in latest:
+                docs[latest[same]] = ("", {})  # superseded: dropped below
+            latest[same] = len(docs)
+            docs.append((where, rec))
+    return [(where, rec) for where, rec in docs if where]
+
+
+def read_records(paths: Path | Sequence[Path], soc: SocProfile) -> list[Measured]:
+    """Measurement records, one JSON object per line (``record_documents``): ``kernel`` (``kind``
     bce_grad with the variant's fields, elementwise, or a named kernel), ``shape``, ``params`` (the
     knobs), ``measured_us`` (the median), optional ``l2`` (default cold: the NPU backend flushes L2
     before every sample) and ``key``. A malformed line is a CalibrationError naming it."""
-    out = []
+    return [record_case(where, rec, soc) for where, rec in record_documents(paths)]
+
+
+def record_case(where: str, rec: dict[str, Any], soc: SocProfile) -> Measured:
+    """One record (``where``: its file and line, for errors) as a calibration case."""
     try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise CalibrationError(f"{path}: cannot read ({e.strerror})") from None
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{i}"
-        try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict):
-                raise TypeError("a record is a JSON object")
-            op, t = _record_tiling(rec, soc)
-            us = float(rec["measured_us"])
-            l2 = L2_STATES[rec.get("l2", "cold")]
-        except json.JSONDecodeError as e:
-            raise CalibrationError(f"{where}: not valid JSON ({e.msg})") from None
-        except (KeyError, ValueError, TypeError, AttributeError, BadRequest) as e:
-            raise CalibrationError(f"{where}: {type(e).__name__}: {e}") from None
-        if not (us > 0 and math.isfinite(us)):
-            raise CalibrationError(f"{where}: measured_us must be positive")
-        out.append(Measured(op, where, (t,), us, True, l2, str(rec.get("key", ""))))
-    return out
+        op, t = _record_tiling(rec, soc)
+        us = float(rec["measured_us"])
+        l2 = L2_STATES[rec.get("l2", "cold")]
+    except (KeyError, ValueError, TypeError, AttributeError, BadRequest) as e:
+        raise CalibrationError(f"{where}: {type(e).__name__}: {e}") from None
+    if not (us > 0 and math.isfinite(us)):
+        raise CalibrationError(f"{where}: measured_us must be positive")
+    return Measured(op, where, (t,), us, True, l2, str(rec.get("key", "")))
 
 
 def read_data(
@@ -264,11 +285,9 @@ def read_data(
     for path in paths:
         if path.is_dir():
             out += read_all(path, soc)
-        elif path.suffix in (".jsonl", ".json"):
-            out += read_records(path, soc)
-        else:
+        elif path.suffix not in (".jsonl", ".json"):
             out += read_csv(path, kernel, soc, csv_l2)
-    return out
+    return out + read_records([p for p in paths if not p.is_dir() and p.suffix in (".jsonl", ".json")], soc)
 
 
 @dataclass(frozen=True)

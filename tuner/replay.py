@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from model_tools.calibrate import CalibrationError, Measured, fit_device, read_records
+from model_tools.calibrate import CalibrationError, fit_device, record_case, record_documents
 from tiling_model import SocProfile, TilingData, Variant, compute_tiling, load_soc, predict
 from tiling_model.correction import align_class, block_class
 from tiling_model.space import score_space
@@ -126,31 +126,16 @@ class ReplayBackend:
 
 def replay_device(paths: Sequence[Path], soc_name: str | None = None) -> ReplayDevice:
     """The records in ``paths`` (of one SoC) as a ReplayDevice; CalibrationError naming what is wrong."""
-    import json
-
-    raw: list[dict] = []
-    for path in paths:
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as e:
-            raise CalibrationError(f"{path}: {e}") from None
-        for number, line in enumerate(lines, 1):  # each line its own document: its own line number
-            if not line.strip():
-                continue
-            try:
-                raw.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise CalibrationError(f"{path}: line {number}: not JSON ({e.msg})") from None
-    socs = {str(r["soc"]) for r in raw if isinstance(r, dict) and r.get("soc")}
+    docs = record_documents(paths)
+    socs = {str(r["soc"]) for _, r in docs if r.get("soc")}
     if soc_name is None:
         if len(socs) != 1:
             raise CalibrationError(f"records of {sorted(socs) or 'no SoC'}: pass --soc to pick one")
         soc_name = next(iter(socs))
     soc = load_soc(soc_name)
-    cases: list[Measured] = [m for path in paths for m in read_records(path, soc)]
-    mine = [r.get("soc", soc.name) == soc.name for r in raw]
-    samples_of = [r.get("samples") or [r["measured_us"]] for r, ok in zip(raw, mine, strict=True) if ok]
-    cases = [m for m, ok in zip(cases, mine, strict=True) if ok]
+    mine = [(where, r) for where, r in docs if r.get("soc", soc.name) == soc.name]
+    cases = [record_case(where, r, soc) for where, r in mine]
+    samples_of = [r.get("samples") or [r["measured_us"]] for _, r in mine]
     if not cases:
         raise CalibrationError(f"no records of {soc.name}")
     fit = fit_device(cases, soc, folds=0)

@@ -488,11 +488,17 @@ class _KeyRace:
         study.set_user_attr("heartbeat", time.time())
         raced = study.user_attrs.get("race", {})  # a finished race's samples, by configuration
         self.known: dict[tuple[int, ...], Entrant] = {}
+        # each known configuration's samples so far and its predictions; a finished race (what a second look
+        # races again) wrote their records, an interrupted one (resumed here) did not
+        self.before: dict[tuple[int, ...], tuple[int, float, float | None]] = {}
+        self.recorded_before = "entry" in study.user_attrs
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if all(k in t.user_attrs for k in KNOB_NAMES) and "samples" in t.user_attrs:
                 e = entrant_of(self.space, key.size, TilingParams(*_params_of(t)), t.user_attrs["samples"])
                 e.samples = list(raced.get(_knob_text(e), e.samples))
                 self.known[e.key] = e
+                a = t.user_attrs
+                self.before[e.key] = (len(e.samples), float(a["predicted_us"]), a.get("predicted_device_us"))
         self.to_record: dict[tuple[int, ...], tuple[TilingData, Measurement, float, float]] = {}
 
     def measure_new(self, params: TilingParams) -> Entrant | None:
@@ -540,6 +546,10 @@ class _KeyRace:
                     tiling, first, predicted, device = self.to_record[e.key]
                     self.records.write(key, self.backend.name, tiling, first, predicted, predicted_device_us=device,
                                        raced=e.samples)  # fmt: skip
+                elif e.key in self.before and (not self.recorded_before or len(e.samples) > self.before[e.key][0]):
+                    _, shipped, on_device = self.before[e.key]  # (again: a look sampled it further)
+                    self.records.write(key, self.backend.name, e.tiling, None, shipped, predicted_device_us=on_device,
+                                       raced=e.samples, again=self.recorded_before)  # fmt: skip
         default = entrant_of(self.space, key.size, self.space.default_params(), [])
         seed_us = (
             self.known[default.key].median()

@@ -207,7 +207,7 @@ def _calibrate(a: argparse.Namespace) -> int:
     # One path, whichever flag names the files: records of bcetune's own kernel (the tuner's, read by
     # --records or by --data from a .jsonl) get the device fit (hardware and knob correction, held out by
     # key); measurements of other operators alone get the hardware fit.
-    cases = [m for path in a.records or [] for m in cal.read_records(path, soc)]
+    cases = cal.read_records(a.records or [], soc)  # (together: a second look's records supersede a first race's)
     cases += cal.read_data(a.data or [], soc, a.kernel, l2_state(a.csv_l2))
     sources = [str(p) for p in (*(a.records or []), *(a.data or []))]
     if any(m.op == "bce_grad" for m in cases):

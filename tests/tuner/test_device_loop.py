@@ -248,7 +248,8 @@ def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_records_round_trip_through_calibrate_and_replay(swept, tmp_path: Path) -> None:
     _, records, table = swept
     lines = records.read_text().splitlines()
-    assert len(lines) == sum(e.trials for e in table.entries)  # one record per measured configuration
+    again = sum(1 for line in lines if json.loads(line).get("again"))  # a second look's, superseding
+    assert len(lines) - again == sum(e.trials for e in table.entries)  # one record per measured configuration
     rec = json.loads(lines[0])
     assert {"predicted_us", "predicted_device_us", "samples", "key"} <= set(rec)
     out = tmp_path / "profiles" / "Ascend910B2.json"
@@ -344,6 +345,35 @@ def test_records_hold_every_sample_the_learner_fits(tmp_path: Path) -> None:
     for r in recs:
         assert r["measured_us"] == pytest.approx(learnt[tuple(r["params"].values())], rel=1e-12)
         assert r["measured_us"] == pytest.approx(float(np.median(r["samples"])), rel=1e-12)
+
+
+def test_a_second_looks_records_supersede_the_first_races(tmp_path: Path) -> None:
+    """A second look samples some of a key's first-race configurations again: their new records (marked
+    ``again``, with every sample) replace the first ones when read, so ``calibrate --records`` and
+    ``replay`` read each configuration once at the median the sweep's learner fits to (the first race's
+    records were once the only ones: their medians left out the look's samples)."""
+    from model_tools.calibrate import read_records
+    from tuner.learning import measurements
+    from tuner.replay import replay_device
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.InMemoryStorage()
+    backend = SyntheticBackend(DEVICE, seed=5)
+    path = tmp_path / "runs.jsonl"
+    run_sweep(keys()[:2], backend, storage, 10, None, False, records=RecordLog(path))
+    raw = [json.loads(line) for line in path.read_text().splitlines()]
+    again = [r for r in raw if r.get("again")]
+    assert again and all(r["key"] in {a["key"] for a in raw if not a.get("again")} for r in again)
+    learnt = {
+        (m.key, tuple(m.launches[0].params.as_dict().values())): m.measured_us
+        for m in measurements(storage, SOC, backend.name)
+    }
+    read = read_records([path], SOC)
+    assert len(read) == len(learnt) == len(raw) - len(again)
+    for m in read:
+        assert m.measured_us == pytest.approx(learnt[m.key, tuple(m.launches[0].params.as_dict().values())], rel=1e-12)
+    replayed = replay_device([path])
+    assert sum(len(group) for group in replayed.recorded.values()) == len(learnt)
 
 
 def test_the_learners_fit_is_what_the_table_the_service_and_the_explorer_predict_with(swept) -> None:
