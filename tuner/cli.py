@@ -23,7 +23,7 @@ from tuner.export_header import HEADER_PATH, export_header
 from tuner.gate import GateFailure
 from tuner.key import StudyKey
 from tuner.protocol import MeasurementProtocol
-from tuner.race import RacePlan
+from tuner.race import SECOND_LOOK, RacePlan
 from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "leader (about a quarter fewer samples, somewhat worse picks: docs/manual.md, Tune)",
     )  # fmt: skip
     s.add_argument(
-        "--second-look", type=_non_negative, default=RacePlan().second_look, metavar="K",
+        "--second-look", type=_non_negative, default=SECOND_LOOK, metavar="K",
         help="race (timed backends): a key raced before the device model settled keeps K of its --trials for a "
         "second race on the whole sweep's model (default %(default)s; 0: none; docs/manual.md, Tune)",
     )  # fmt: skip
@@ -366,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("patience must be >= 0")
         if args.stop_early and (args.strategy == "tpe" or (args.strategy == "auto" and backend.deterministic)):
             raise ValueError("--stop-early stops the race (timed backends, --strategy race); TPE stops with --patience")
-        if args.second_look != RacePlan().second_look and (
+        if args.second_look != SECOND_LOOK and (
             args.strategy == "tpe" or (args.strategy == "auto" and backend.deterministic)
         ):
             raise ValueError("--second-look is the race's (timed backends, --strategy race); TPE has none")
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             device=args.device, warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top,
             strategy=args.strategy, patience=args.patience, learn=not args.no_learn,
             **({"stop_early": True} if args.stop_early else {}),  # (studies of sweeps without it resume)
-            **({"second_look": args.second_look} if args.second_look != RacePlan().second_look else {}),
+            **({"second_look": args.second_look} if args.second_look != SECOND_LOOK else {}),
         )  # fmt: skip
         outcome = SweepRun()
         gated = None if args.gate_all else GatePasses.of(_existing_table(out))

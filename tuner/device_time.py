@@ -45,7 +45,9 @@ def estimate(
 ) -> Estimate:
     """Samples and seconds a race sweep of ``keys`` takes at most: every trial's first measurement and
     warm-up, a race of its contenders to their cap with a warm-up each round (two for the keys a second look
-    races again: the first ``plan.settled_keys``, as one worker sweeps them), and the seed default's own
+    races again: the first ``plan.settled_keys``, as one worker sweeps them; workers racing side by side on
+    one storage can each start a key before the shared model settles, up to one more due key per further
+    worker, which this does not count), and the seed default's own
     measurement; each sample at the model's best time of its key plus the flush (where one is needed) and
     the host's overhead (the kernel time is the model's: a device slower than its model spends more)."""
     plan = plan or RacePlan()

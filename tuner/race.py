@@ -32,6 +32,10 @@ from tuner.backends import Backend
 from tuner.learning import DeviceModel
 from tuner.trial_space import TrialSpace
 
+#: Trials a key raced before the device model settled keeps for its second look (RacePlan.second_look; the
+#: sweep's --second-look default, 0: none).
+SECOND_LOOK = 6
+
 
 @dataclass(frozen=True)
 class RacePlan:
@@ -64,7 +68,7 @@ class RacePlan:
     # (0: none). benchmarks/second_look.py, eight stand-in devices, 30-key sweeps, 2 replicates: keys within 2%
     # of the optimum 86.9 -> 91.5% at 20 trials (the first 6 keys 57 -> 85%), 77.7 -> 81.2% at 12; samples +6%.
     # Both values were chosen on those devices (where the first keys' misses were found): in-sample.
-    second_look: int = 6
+    second_look: int = SECOND_LOOK
     settled_keys: int = 6
 
 

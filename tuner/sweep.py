@@ -28,7 +28,7 @@ from tuner.gate import GateFailure, check_tiling
 from tuner.key import StudyKey
 from tuner.learning import Learner, device_profile_document, measurements
 from tuner.protocol import MeasurementProtocol, measure
-from tuner.race import RacePlan
+from tuner.race import SECOND_LOOK, RacePlan
 from tuner.records import RecordLog
 from tuner.study import KeyBusy, look_again, look_due, seed_default_tiling, tune, wait_for_entry
 
@@ -195,7 +195,7 @@ def sweep_settings(trials: int, backend: str, **knobs: object) -> dict[str, obje
 
 # Settings a sweep stores only where they are not their default (so studies of sweeps from before the setting
 # existed resume): absent on either side, a setting is its default here.
-OPTIONAL_SETTINGS: dict[str, object] = {"explore": 0, "stop_early": False, "second_look": RacePlan().second_look}
+OPTIONAL_SETTINGS: dict[str, object] = {"explore": 0, "stop_early": False, "second_look": SECOND_LOOK}
 
 
 def check_resumable(
