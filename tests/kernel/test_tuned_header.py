@@ -186,6 +186,16 @@ def test_the_refit_picks_what_every_configuration_predicted_picks(tmp_path: Path
     assert r.stdout.strip().endswith("250 cases, 0 disagreements")
 
 
+def test_the_refits_range_floors_stay_under_the_pipeline_at_every_tile(tmp_path: Path) -> None:
+    """What lets the re-fit drop a range unseen: CoreLines::RangeUs and TradeUs at or under the simulated
+    pipeline at every tile of the range, over random kernels, SoCs, core counts, buffer counts, widths and
+    ranges (tests/kernel/cpp/refit_floors.cpp; a floor 1% too high, or a chain one copy too long, fails it)."""
+    exe = compile_cpp_driver("refit_floors.cpp", tmp_path)
+    r = subprocess.run([str(exe), "20000", "20261207"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:]
+    assert r.stdout.strip().endswith("0 above the pipeline")
+
+
 def test_microbenchmark_builds_and_reports_every_kind_of_call(tmp_path: Path) -> None:
     cxx = shutil.which("g++")
     if cxx is None:

@@ -857,7 +857,11 @@ struct CoreLines {
      * they cross); past them, the larger is at least their mix whose weights cancel y, which with t >= e / x is
      * e f / x + b x + e p + c: its least over the range at once (the larger of the CopyIns' two lines). With one
      * buffer, the two cycles through it (every CopyIn and Compute, then the last CopyOut; the first CopyIn, then
-     * every Compute and CopyOut) are lines in x too. All rise with e at every x (so eMin's bound holds for all,
+     * every Compute and CopyOut) and the first turning at the last full tile (its CopyOut frees the buffer the
+     * last Compute writes: PipelineUs) are lines in x too; past the counted tile counts, that first cycle's
+     * CopyIns and Computes number one more than counted at least (without them a wide range's floor fell to its
+     * A-B mix, 5% under a core count's best: tests/kernel/cpp/refit_floors.cpp checks every floor against the
+     * pipeline). All rise with e at every x (so eMin's bound holds for all,
      * over every x any of them may take), and one tile (x >= e) is SerialUs (or the exact time given).
      */
     double TradeUs(int64_t eMin, int64_t eMax, Lines which, int64_t lo, int64_t hi, double serial = -1.0) const {
@@ -888,9 +892,12 @@ struct CoreLines {
             // the last tile's Compute and CopyOut (falling in x); the last full tile's turn (Turns: rising)
             double v = LeastOfTwo(tt * f + e0 * p + vf + g + e0 * (vp + q), -nf * (vp + q),
                                   nf * f + vf + 2.0 * g + e0 * q, nf * (p - q) + vp + q, xa, xb);
-            if (bn == 1) {  // one buffer: the CopyIn-Compute cycle (falling) and the Compute-CopyOut cycle (rising)
-                v = std::max(v, LeastOfTwo(tt * (f + vf) + g + e0 * (p + vp + q), -nf * q,
-                                           f + tt * (vf + g) + e0 * (vp + q), p, xa, xb));
+            if (bn == 1) {  // one buffer: the CopyIn-Compute cycle (falling) and the Compute-CopyOut cycle (rising);
+                            // and that cycle turning at the last full tile (its CopyOut frees the buffer the last
+                            // Compute writes: PipelineUs), rising
+                const double cycle0 = tt * (f + vf) + g + e0 * (p + vp + q), cycle1 = -nf * q;
+                v = std::max(v, LeastOfTwo(cycle0, cycle1, f + tt * (vf + g) + e0 * (vp + q), p, xa, xb));
+                v = std::max(v, LeastOfTwo(cycle0, cycle1, nf * f + tt * vf + 2.0 * g + e0 * (vp + q), nf * (p - q) + q, xa, xb));
             }
             least = std::min(least, v);
         }
@@ -901,6 +908,10 @@ struct CoreLines {
                 const Trade& tr = trades[l];
                 const double x = std::min(std::max(root * tr.root, xlo), xb);
                 v = std::max(v, e0 * tr.f / x + tr.mixPerElem * x + e0 * tr.p + tr.mixFixed);
+                if (bn == 1) {  // the CopyIn-Compute cycle: more than `counted` CopyIns and Computes, a last CopyOut
+                    const double more = static_cast<double>(counted + 1);
+                    v = std::max(v, more * (tr.f + vf) + e0 * (tr.p + vp) + tr.g + tr.q);
+                }
             }
             least = std::min(least, v);
         }
