@@ -456,7 +456,8 @@ NB_MODULE(_engine, m) {
           nb::arg("n"), nb::arg("blocks"), nb::arg("slices"), nb::arg("max_cores"), nb::arg("kernel"), nb::arg("soc"),
           nb::kw_only(), nb::arg("seed_block") = 0, nb::arg("seed_tile") = 0, nb::arg("seed_cores") = 0,
           "The fastest (block, buffer_num, tile, cores) over slices of (buffer_num, tile_top), in the space's order, "
-          "each slice bounded by those before it (cost::RefitAcross); buffer_num -1 when no tile fits any.");
+          "the slices searched from the one where the seed's chain bound is least, each bounded by those before it "
+          "(cost::RefitAcross); buffer_num -1 when no tile fits any.");
     m.def("refit_stats",
           [](int64_t n, const std::vector<int64_t>& blocks, int64_t bn, int64_t tileTop, int64_t maxCores,
              const Kernel& k, const Soc& s) {

@@ -70,8 +70,8 @@ inline bool BufferNumAllowed(const cost::KernelModel& k, int64_t bufferNum) {
  * The knobs the build uses for n elements: the tuned entry's where it was tuned at n; at any other
  * size, or for a weight form served from the full weight's entries (seeded), its BUFFER_NUM with the
  * block size, core count and tile the model finds fastest at n (the service's policy, pick.refit), or,
- * where the SoC's model was fitted on a device, the fastest of every allowed BUFFER_NUM (the bucket's
- * searched first: its best bounds the others); the entry's own knobs if no tile fits (or the entry's
+ * where the SoC's model was fitted on a device, the fastest of every allowed BUFFER_NUM (cost::RefitAcross:
+ * the likeliest first, its best bounding the others); the entry's own knobs if no tile fits (or the entry's
  * BUFFER_NUM is not allowed); the scheme's defaults (all 0) where no entry applies. refitted says whether
  * the model chose.
  */
