@@ -550,6 +550,12 @@ class _KeyRace:
                     _, shipped, on_device = self.before[e.key]  # (again: a look sampled it further)
                     self.records.write(key, self.backend.name, e.tiling, None, shipped, predicted_device_us=on_device,
                                        raced=e.samples, again=self.recorded_before)  # fmt: skip
+            raced = {e.key for e in measured}
+            for e in [] if self.recorded_before else [e for e in self.known.values() if e.key not in raced]:
+                # an interrupted race's, which this one did not race again: its first measurement
+                _, shipped, on_device = self.before[e.key]
+                self.records.write(key, self.backend.name, e.tiling, summarise(e.samples, self.protocol.outlier_mads),
+                                   shipped, predicted_device_us=on_device)  # fmt: skip
         default = entrant_of(self.space, key.size, self.space.default_params(), [])
         seed_us = (
             self.known[default.key].median()

@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -345,6 +346,59 @@ def test_records_hold_every_sample_the_learner_fits(tmp_path: Path) -> None:
     for r in recs:
         assert r["measured_us"] == pytest.approx(learnt[tuple(r["params"].values())], rel=1e-12)
         assert r["measured_us"] == pytest.approx(float(np.median(r["samples"])), rel=1e-12)
+
+
+def test_a_resumed_race_records_what_its_interrupted_start_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A race whose worker stopped mid-way (records are written at a race's end) and a worker that resumes it:
+    the records hold every configuration the learner fits to, the first attempt's that were not raced again
+    included, each at the learner's median."""
+    import tuner.study
+    from model_tools.calibrate import read_records
+    from tuner.learning import measurements
+    from tuner.study import tune
+
+    class Stopped(Exception):
+        pass
+
+    class StopsAfter:
+        """The stand-in device, until its worker stops (a killed process) after `after` samples."""
+
+        def __init__(self, inner: SyntheticBackend, after: int) -> None:
+            self.inner, self.after, self.samples = inner, after, 0
+            self.name, self.deterministic, self.runs_kernel = inner.name, inner.deterministic, inner.runs_kernel
+
+        def sample(self, tiling: object) -> float:
+            self.samples += 1
+            if self.samples > self.after:
+                raise Stopped
+            return self.inner.sample(tiling)  # type: ignore[arg-type]
+
+        def flush_l2(self) -> None:
+            self.inner.flush_l2()
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    monkeypatch.setattr(tuner.study, "STALE_S", 0.0)  # the stopped worker's heartbeat is stale at once
+    storage = optuna.storages.InMemoryStorage()
+    backend = SyntheticBackend(DEVICE, seed=5)
+    path = tmp_path / "runs.jsonl"
+    with pytest.raises(Stopped):
+        tune(keys()[0], StopsAfter(backend, 60), storage, 12, records=RecordLog(path), strategy="race")
+    assert not path.exists()  # nothing recorded before the race's end
+    # resumed on a model that ranks the configurations otherwise (another worker's, fitted on more keys): some of
+    # the first attempt's are not proposed again
+    other = DeviceModel(
+        replace(SOC, hbm_gbps=0.1 * SOC.hbm_gbps, vector_start_cycles=40 * SOC.vector_start_cycles), 0.05
+    )
+    tune(keys()[0], backend, storage, 12, records=RecordLog(path), model=other, strategy="race")
+    learnt = {
+        tuple(m.launches[0].params.as_dict().values()): m.measured_us for m in measurements(storage, SOC, backend.name)
+    }
+    recorded = {tuple(m.launches[0].params.as_dict().values()): m.measured_us for m in read_records([path], SOC)}
+    assert recorded.keys() == learnt.keys() and len(learnt) >= 12
+    for params, us in recorded.items():
+        assert us == pytest.approx(learnt[params], rel=1e-12)
 
 
 def test_a_second_looks_records_supersede_the_first_races(tmp_path: Path) -> None:
