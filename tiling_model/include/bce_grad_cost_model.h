@@ -1663,7 +1663,7 @@ inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t 
                          int64_t seedCores, RefitStats* stats = nullptr, double bound = INFINITY) {
     const int64_t tiles = std::min(tileTop / kTileStepBytes, kMaxTiles);
     if (n <= 0 || nBlocks <= 0 || nBlocks > kMaxBlocks || tiles < 1) return RefitChoice{-1, -1, -1, INFINITY};
-    static thread_local RefitScratch scratch;  // ~290 KiB per thread, reused: not on the stack, not allocated per call
+    static thread_local RefitScratch scratch;  // ~390 KiB per thread, reused: not on the stack, not allocated per call
     RefitSearch search(scratch, n, blocks, nBlocks, bn, tiles, maxCores, k, s, stats);
     search.Bound(bound);
     search.Seed(seedBlock, seedTile, seedCores);
