@@ -1708,7 +1708,12 @@ inline void SliceOrder(int64_t n, const RefitSlice* slices, int count, const Ker
                     ? PredictConfig(n, seedBlock, slices[i].bufferNum, seedTile, seedCores, k, s, hit, false).lower
                     : INFINITY;
     }
-    std::stable_sort(order, order + count, [&us](int a, int b) { return us[a] < us[b]; });
+    for (int i = 1; i < count; ++i) {  // a stable insertion sort (no allocation: std::stable_sort may take a buffer)
+        const int at = order[i];
+        int j = i;
+        for (; j > 0 && us[at] < us[order[j - 1]]; --j) order[j] = order[j - 1];
+        order[j] = at;
+    }
 }
 
 /**
