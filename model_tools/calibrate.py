@@ -366,10 +366,11 @@ def fit(
     free: tuple[str, ...] = PARAMS,
     f_scale: float = F_SCALE,
     start: SocProfile | None = None,
+    loss: str = LOSS,
 ) -> Fitted:
     """Robust least squares on log(predicted / measured) over ``cases`` (primary ones only), ``free``
     within their bounds; ``start``: where to start (default: fixed starting values, so a fit does not
-    depend on the profile it refits)."""
+    depend on the profile it refits); ``loss``: SciPy's (``linear`` for plain least squares)."""
     data = [m for m in cases if m.primary]
     if not data:
         raise CalibrationError("no primary measurements to fit")
@@ -397,7 +398,7 @@ def fit(
         return logs
 
     result = least_squares(
-        residual, x0 / scale, bounds=(lo / scale, hi / scale), diff_step=1e-3, max_nfev=MAX_NFEV, loss=LOSS,
+        residual, x0 / scale, bounds=(lo / scale, hi / scale), diff_step=1e-3, max_nfev=MAX_NFEV, loss=loss,
         f_scale=f_scale,
     )  # fmt: skip
     values = {p: round_value(p, float(v)) for p, v in zip(free, result.x * scale, strict=True)}

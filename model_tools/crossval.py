@@ -43,6 +43,7 @@ __all__ = [
     "Calibration",
     "calibrate_all",
     "derived_values",
+    "in_sample_ceiling",
     "leave_one_operator_out",
     "loss_scale_study",
     "profile_document",
@@ -186,3 +187,27 @@ def calibrate_all(directory: Path, soc: SocProfile, loo: bool = True) -> Calibra
     in_sample = errors(cases, fitted.apply(base))
     held_out, folds = leave_one_operator_out(cases, base) if loo else (None, {})
     return Calibration(base, cases, fitted, in_sample, held_out, folds)
+
+
+#: The in-sample ceiling's fits: the shipped loss and scale, then plain least squares (no case an outlier).
+CEILING_LOSSES = (("arctan", F_SCALE), ("linear", 1.0))
+#: Parameters freed beyond the shipped ones (a device fit's; the vector factor stays at MSKPP's rates).
+CEILING_EXTRA = ("vector_start_cycles", "mte2_scale", "mte3_scale")
+
+
+def in_sample_ceiling(directory: Path, soc: SocProfile) -> list[dict[str, Any]]:
+    """What the model's per-SoC parameters can do at best on the calibration cases: fitted on every operator
+    and scored on the same cases (in sample), the shipped parameters free and then more, under the shipped
+    robust loss and under plain least squares. An error no fit reaches in sample is out of reach held out:
+    what is left is the operators' own (their kernels' fixed costs), not the hardware's."""
+    base = replace(soc, vector_cycle_scale=1.0)
+    cases = read_all(directory, base)
+    primary = np.array([m.primary for m in cases])
+    out = []
+    for loss, f_scale in CEILING_LOSSES:
+        for name, free in (("shipped", PARAMS), ("more", (*PARAMS, *CEILING_EXTRA))):
+            fitted = fit(cases, base, free=free, f_scale=f_scale, loss=loss)
+            e = np.abs(errors(cases, fitted.apply(base)))[primary]
+            out.append({"loss": loss, "free": name, "median": float(np.median(e)),
+                        "p90": float(np.percentile(e, 90)), "fitted": fitted.values})  # fmt: skip
+    return out

@@ -195,3 +195,20 @@ def test_the_loss_scale_study_never_lets_the_held_out_operator_choose(
     singles = [ops for ops, _ in trained_on if len(ops) == 1]  # inner folds: one training operator each
     assert len(singles) == 3 * 2 * 2  # 3 outer folds x 2 scales x 2 inner folds
     assert all(len(ops) < 3 for ops, _ in trained_on)  # no fit ever saw all three operators
+
+
+def test_the_in_sample_ceiling_starts_from_the_shipped_fit_and_frees_more() -> None:
+    """Its first row is the shipped calibration scored in sample (the same fit, the same cases); freeing more
+    parameters under the same loss fits the cases at least as well by the loss's own measure (its median)."""
+    rows = cv.in_sample_ceiling(DATA, SOC)
+    shipped = cv.calibrate_all(DATA, SOC, loo=False)
+    r = cal.report(shipped.cases, shipped.in_sample)["overall"]
+    assert (rows[0]["loss"], rows[0]["free"]) == ("arctan", "shipped")
+    assert rows[0]["median"] == pytest.approx(r["median"], abs=5e-4)  # (the report rounds to 0.1%)
+    assert rows[0]["p90"] == pytest.approx(r["p90"], abs=5e-4)
+    assert rows[0]["fitted"] == shipped.fitted.values
+    assert set(rows[1]["fitted"]) > set(rows[0]["fitted"]) and rows[1]["median"] <= rows[0]["median"] + 1e-3
+    assert rows[2]["fitted"] != rows[0]["fitted"]  # least squares weighs every case: another fit
+    assert {(x["loss"], x["free"]) for x in rows} == {
+        (loss, f) for loss, _ in cv.CEILING_LOSSES for f in ("shipped", "more")
+    }
