@@ -19,6 +19,9 @@ each at two sizes it never timed (x0.61 and x1.37), true regret over the exhaust
 - that profile in ``pick.refit`` (every buffer count): what the service and the build answer now;
 - the fitted hardware and correction with a residual fitted on top of the correction, whole space (the
   alternative not taken);
+- the hardware with a residual fitted on the sweep's own configurations at the device's noise-free times of
+  its shared effects (no sample noise, outliers or per-configuration part), whole space: what the features
+  learn from those configurations once the measurements' noise is gone;
 - the floor: a model that knows every effect the device shares across sizes (all but the
   per-configuration part), whole space.
 
@@ -45,12 +48,12 @@ import numpy as np
 import optuna
 from search_efficiency import pick_keys, run, stand_in_devices
 
-from model_tools.calibrate import device_residual
-from tiling_model import TilingParams, Variant, engine, load_soc
+from model_tools.calibrate import case_levels, device_residual
+from tiling_model import TilingParams, Variant, engine, load_soc, predict
 from tiling_model.correction import IDENTITY
 from tiling_model.kernels import bce_grad_kernel
 from tiling_model.pick import refit
-from tiling_model.residual import NONE, Residual
+from tiling_model.residual import NONE, Residual, fit_residual
 from tiling_model.soc import SocProfile, rehashed
 from tiling_model.space import BLOCK_CHOICES, score_space, tile_choices
 from tuner.explore import shared_trials
@@ -65,6 +68,21 @@ def fitted_residual(learner: object, base: SocProfile) -> Residual:
     """The residual over every measurement of the sweep, on ``base`` (what it corrects)."""
     cases = measurements(learner.storage, learner.soc, learner.backend)  # type: ignore[attr-defined]
     return device_residual(cases, base)
+
+
+def noise_free_residual(learner: object, hardware: SocProfile, device: SyntheticDevice) -> Residual:
+    """The residual fitted on the sweep's own configurations, each at the device's time of its shared effects
+    (no sample noise, no outliers, no per-configuration part): what the features learn from those
+    configurations with the measurements' noise taken away (the rest of the gap to the floor is theirs)."""
+    cases = measurements(learner.storage, learner.soc, learner.backend)  # type: ignore[attr-defined]
+    true_hardware = device.hardware
+    logs = []
+    for m in cases:
+        t = m.launches[0]
+        knobs = [np.array([int(getattr(t.params, k))]) for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")]
+        shared = float(device.effects(*knobs, 0, t.n, t.elem_bytes, shared_only=True)[0])
+        logs.append(float(np.log(predict(t, true_hardware) * shared / predict(t, hardware))))
+    return fit_residual(case_levels(cases), [m.key for m in cases], logs)
 
 
 def whole_space_pick(variant: Variant, n: int, profile: SocProfile) -> TilingParams:
@@ -111,11 +129,14 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, expl
     correction = model.fit.correction if model.fit else IDENTITY  # the one fitted before the residual
     without = rehashed(replace(model.profile, knob_correction=correction, residual=NONE))  # the fit before it
     on_top = rehashed(replace(without, residual=fitted_residual(learner, without)))
+    hardware = rehashed(replace(model.profile, knob_correction=IDENTITY, residual=NONE))
+    noise_free = rehashed(replace(hardware, residual=noise_free_residual(learner, hardware, device)))
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(keys), size=min(judged, len(keys)), replace=False))
     names = ("shipped model, re-fit (bucket's buffers)", "fitted, no residual, re-fit (every buffer)",
              "fitted + residual, bucket's buffers (before)", "fitted + residual, re-fit (what ships)",
-             "residual on top of the correction, whole space", "floor: every shared effect")  # fmt: skip
+             "residual on top of the correction, whole space", "residual from noise-free times, whole space",
+             "floor: every shared effect")  # fmt: skip
     regrets: dict[str, list[float]] = {name: [] for name in names}
     timed = [sweep["regret"][i] for i in chosen]
     cost: list[tuple[float, float]] = []
@@ -132,6 +153,7 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, expl
                 bucket_refit(key.variant, n, model.profile, bucket),
                 refit(n, key.variant, model.profile, bucket),
                 whole_space_pick(key.variant, n, on_top),
+                whole_space_pick(key.variant, n, noise_free),
                 floor,
             )
             for name, p in zip(names, picks, strict=True):
@@ -143,7 +165,8 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, expl
     print(f"\nstand-in device {shape}:{seed}: {len(keys)} keys{explored} ({sum(sweep['samples'])} launches), "
           f"{len(chosen)} judged ({time.monotonic() - start:.0f} s)")  # fmt: skip
     for label, r in (("residual (shipped: in the correction's place)", model.profile.residual),
-                     ("residual on top of the correction", on_top.residual)):  # fmt: skip
+                     ("residual on top of the correction", on_top.residual),
+                     ("residual from noise-free times", noise_free.residual)):  # fmt: skip
         summary = r.summary()
         moved = sum(len(v) for v in summary["factors"].values())  # type: ignore[attr-defined]
         print(f"  {label}: penalty {summary['penalty']} (x{summary['interaction_weight']} on interactions), "
