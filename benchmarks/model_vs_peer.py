@@ -63,7 +63,7 @@ def main() -> int:
     )
     ap.add_argument("--ceiling", action="store_true",
                     help="also fit every operator in sample (robust and plain least squares): the best these "
-                         "parameters reach on the cases they are scored on (about a minute)")  # fmt: skip
+                         "parameters reach on the cases they are scored on (a few seconds)")  # fmt: skip
     a = ap.parse_args()
     r = reports(a.vector_start_cycles)
     ceil = in_sample_ceiling(DATA, load_soc(SOC)) if a.ceiling else None

@@ -56,6 +56,7 @@ from tiling_model.pick import refit
 from tiling_model.residual import NONE, Residual, fit_residual
 from tiling_model.soc import SocProfile, rehashed
 from tiling_model.space import BLOCK_CHOICES, score_space, tile_choices
+from tiling_model.tiling import KNOB_NAMES
 from tuner.explore import shared_trials
 from tuner.learning import measurements
 from tuner.synthetic import SyntheticDevice
@@ -79,7 +80,7 @@ def noise_free_residual(learner: object, hardware: SocProfile, device: Synthetic
     logs = []
     for m in cases:
         t = m.launches[0]
-        knobs = [np.array([int(getattr(t.params, k))]) for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")]
+        knobs = [np.array([int(getattr(t.params, k))]) for k in KNOB_NAMES]
         shared = float(device.effects(*knobs, 0, t.n, t.elem_bytes, shared_only=True)[0])
         logs.append(float(np.log(predict(t, true_hardware) * shared / predict(t, hardware))))
     return fit_residual(case_levels(cases), [m.key for m in cases], logs)
