@@ -1173,8 +1173,14 @@ public:
     }
 
     /** A prediction from outside the slice (another buffer count's best): nothing that cannot tie it is searched
-     *  for, and the search picks nothing (block -1) where nothing of the slice ties or beats it. */
-    void Bound(double us) { bestUs_ = std::min(bestUs_, us); }
+     *  for, and the search picks nothing (block -1) where nothing of the slice ties or beats it. Its rounded key
+     *  is the best's until a configuration of the slice ties or beats it: one predicted above it (a pair's one
+     *  tile, priced whole) is never picked, and never hides a tie of the bound that comes later in the tie-break
+     *  (it once did: another buffer count's tie was lost, refit_exhaustive's bounded check). */
+    void Bound(double us) {
+        bestUs_ = std::min(bestUs_, us);
+        if (best_.tile < 0) best_.key = std::min(best_.key, TieKey(us));
+    }
 
     /** The seed configuration (any of the slice, else ignored), predicted: the best seen before the search. */
     void Seed(int64_t block, int64_t tile, int64_t cores) {

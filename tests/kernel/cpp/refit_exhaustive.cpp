@@ -160,6 +160,16 @@ int main(int argc, char** argv) {
             std::printf("case %d: a queue of 4 picks (%lld, %lld, %lld, %.12g)\n", i, static_cast<long long>(full.blockBytes),
                         static_cast<long long>(full.tileBytes), static_cast<long long>(full.coreNum), full.us);
         }
+        // bounded by its own best's prediction (what RefitAcross passes a slice searched after one that tied it):
+        // the same pick, found as a tie of the bound (a worse configuration seen first must not hide it)
+        const RefitChoice bounded = bce_grad::cost::Refit(n, blocks.data(), static_cast<int>(blocks.size()), bn, tileTop,
+                                                          maxCores, k, s, seedBlock, seedTile, seedCores, nullptr, want.us);
+        if (bounded.blockBytes != want.block || bounded.tileBytes != want.tile || bounded.coreNum != want.cores) {
+            ++wrong;
+            std::printf("case %d: bounded by its best's %.12g, the re-fit picks (%lld, %lld, %lld), key %.12g\n", i, want.us,
+                        static_cast<long long>(bounded.blockBytes), static_cast<long long>(bounded.tileBytes),
+                        static_cast<long long>(bounded.coreNum), bounded.key);
+        }
         if (got.blockBytes != want.block || got.tileBytes != want.tile || got.coreNum != want.cores || got.us != want.us) {
             ++wrong;
             std::printf("case %d: %s n=%lld bn=%lld tile_top=%lld max_cores=%lld corrected=%d residual=%d: re-fit (%lld, %lld, %lld, %.12g) "
