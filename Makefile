@@ -166,10 +166,10 @@ SEEDS ?= 10
 CASES ?= 3000
 check-refit:
 	mkdir -p build
-	g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I kernel/op_host -I tiling_model/include \
-		tests/kernel/cpp/refit_exhaustive.cpp -o build/refit_exhaustive
-	g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I kernel/op_host -I tiling_model/include \
-		tests/kernel/cpp/refit_floors.cpp -o build/refit_floors
+	for check in refit_exhaustive refit_floors; do \
+		g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I kernel/op_host -I tiling_model/include \
+			tests/kernel/cpp/$$check.cpp -o build/$$check || exit 1; \
+	done
 	fail=0; for s in $$(seq $(SEED) $$(($(SEED) + $(SEEDS) - 1))); do \
 		echo "seed $$s:"; \
 		./build/refit_exhaustive $(CASES) $$s || fail=1; \

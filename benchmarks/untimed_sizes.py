@@ -48,7 +48,7 @@ import numpy as np
 import optuna
 from search_efficiency import pick_keys, run, stand_in_devices
 
-from model_tools.calibrate import case_levels, device_residual
+from model_tools.calibrate import Measured, case_levels, device_residual
 from tiling_model import TilingParams, Variant, engine, load_soc, predict
 from tiling_model.correction import IDENTITY
 from tiling_model.kernels import bce_grad_kernel
@@ -65,17 +65,10 @@ SOC = "Ascend910B2"
 FACTORS = (0.61, 1.37)
 
 
-def fitted_residual(learner: object, base: SocProfile) -> Residual:
-    """The residual over every measurement of the sweep, on ``base`` (what it corrects)."""
-    cases = measurements(learner.storage, learner.soc, learner.backend)  # type: ignore[attr-defined]
-    return device_residual(cases, base)
-
-
-def noise_free_residual(learner: object, hardware: SocProfile, device: SyntheticDevice) -> Residual:
-    """The residual fitted on the sweep's own configurations, each at the device's time of its shared effects
-    (no sample noise, no outliers, no per-configuration part): what the features learn from those
+def noise_free_residual(cases: list[Measured], hardware: SocProfile, device: SyntheticDevice) -> Residual:
+    """The residual fitted on the sweep's own configurations (``cases``), each at the device's time of its shared
+    effects (no sample noise, no outliers, no per-configuration part): what the features learn from those
     configurations with the measurements' noise taken away (the rest of the gap to the floor is theirs)."""
-    cases = measurements(learner.storage, learner.soc, learner.backend)  # type: ignore[attr-defined]
     true_hardware = device.hardware
     logs = []
     for m in cases:
@@ -129,9 +122,10 @@ def judge(shape: str, seed: int, keys_count: int, trials: int, judged: int, expl
     model = learner.fit_device()
     correction = model.fit.correction if model.fit else IDENTITY  # the one fitted before the residual
     without = rehashed(replace(model.profile, knob_correction=correction, residual=NONE))  # the fit before it
-    on_top = rehashed(replace(without, residual=fitted_residual(learner, without)))
+    cases = measurements(learner.storage, learner.soc, learner.backend)  # every measurement of the sweep, read once
+    on_top = rehashed(replace(without, residual=device_residual(cases, without)))
     hardware = rehashed(replace(model.profile, knob_correction=IDENTITY, residual=NONE))
-    noise_free = rehashed(replace(hardware, residual=noise_free_residual(learner, hardware, device)))
+    noise_free = rehashed(replace(hardware, residual=noise_free_residual(cases, hardware, device)))
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(keys), size=min(judged, len(keys)), replace=False))
     names = ("shipped model, re-fit (bucket's buffers)", "fitted, no residual, re-fit (every buffer)",
