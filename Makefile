@@ -165,6 +165,9 @@ SEED ?= $(shell date +%Y%m%d)
 SEEDS ?= 10
 CASES ?= 3000
 check-refit:
+	@for v in SEED=$(SEED) SEEDS=$(SEEDS) CASES=$(CASES); do \
+		[[ "$${v#*=}" =~ ^[1-9][0-9]*$$ ]] || { echo "check-refit: $$v is not a positive whole number" >&2; exit 2; }; \
+	done
 	mkdir -p build
 	for check in refit_exhaustive refit_floors; do \
 		g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Werror -I kernel/op_host -I tiling_model/include \
