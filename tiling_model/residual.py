@@ -189,16 +189,20 @@ def summary_line(summary: dict[str, Any]) -> str:
             f"{summary.get('penalty')} (x{summary.get('interaction_weight', 1.0)} on interactions)")  # fmt: skip
 
 
-def _system(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """The normal equations of the feature columns and one level column per key: (X'X, X'y, key count)."""
+def _system(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The normal equations of the feature columns and one level column per key, on the columns some case sets
+    (a level no case has is all zeros in them, so ridge leaves its weight 0: the system it solves is the rest,
+    a few hundred of ~900 columns): (X'X, X'y, those columns' indices, key count)."""
     from scipy import sparse
 
     ids, key_index = np.unique(keys, return_inverse=True)
     kx = sparse.csr_matrix((np.ones(len(y)), (np.arange(len(y)), key_index)), shape=(len(y), ids.size))
-    full = sparse.hstack([x, kx], format="csr")
-    gram: np.ndarray = (full.T @ full).toarray()
-    rhs: np.ndarray = np.asarray(full.T @ y).ravel()
-    return gram, rhs, int(ids.size)
+    full = sparse.hstack([x, kx], format="csc")
+    used = np.flatnonzero(np.diff(full.indptr) > 0)
+    part = full[:, used]
+    gram: np.ndarray = (part.T @ part).toarray()
+    rhs: np.ndarray = np.asarray(part.T @ y).ravel()
+    return gram, rhs, used, int(ids.size)
 
 
 def _penalties(penalty: float, interaction_weight: float) -> np.ndarray:
@@ -210,11 +214,12 @@ def _penalties(penalty: float, interaction_weight: float) -> np.ndarray:
     return out
 
 
-def _solve(gram: np.ndarray, rhs: np.ndarray, keys: int, penalty: np.ndarray) -> np.ndarray:
+def _solve(gram: np.ndarray, rhs: np.ndarray, used: np.ndarray, keys: int, penalty: np.ndarray) -> np.ndarray:
     """Ridge on the feature columns (``penalty`` per column) with one free (barely penalised) level per key:
-    the features' part."""
-    pen = np.concatenate([penalty, np.full(keys, 1e-6)])
-    beta: np.ndarray = np.linalg.solve(gram + np.diag(pen), rhs)
+    the features' part (0 where no case sets the level)."""
+    pen = np.concatenate([penalty, np.full(keys, 1e-6)])[used]
+    beta = np.zeros(WIDTH + keys)
+    beta[used] = np.linalg.solve(gram + np.diag(pen), rhs)
     return beta[:WIDTH]
 
 
@@ -262,11 +267,11 @@ def fit_residual(lv: np.ndarray, keys: Sequence[str], log_residuals: Sequence[fl
 
 
 def _one_blas_thread() -> AbstractContextManager[object]:
-    """BLAS on one thread for the fit's dense solves (~800 columns, dozens per fit). Measured on a 2-core host:
-    one thread solves one in ~12 ms, OpenBLAS's two in ~18 ms, and 41-49 ms while another process solves too
-    (two sweep workers on one host, pytest's workers): a sweep of 8 keys took 20 s alone and 135 s beside a
-    second worker. One thread also makes the fit's last bits the same at any core count (threaded BLAS sums
-    in another order)."""
+    """BLAS on one thread for the fit's dense solves (dozens per fit). Measured on a 2-core host when they took
+    every column (~800): one thread solved one in ~12 ms, OpenBLAS's two in ~18 ms, and 41-49 ms while another
+    process solved too (two sweep workers on one host, pytest's workers): a sweep of 8 keys took 20 s alone and
+    135 s beside a second worker. One thread also makes the fit's last bits the same at any core count
+    (threaded BLAS sums in another order)."""
     from threadpoolctl import threadpool_limits
 
     limits: AbstractContextManager[object] = threadpool_limits(limits=1, user_api="blas")
