@@ -289,5 +289,4 @@ def _fit(x: sparse.csr_matrix, g: np.ndarray, y: np.ndarray, scale: float, grid:
         return Residual(penalty=0.0, held_out_rms=rms_none, held_out_rms_none=rms_none)
     penalty, weight = best
     beta = np.clip(_solve(*_system(x, g, y), _penalties(penalty * scale, weight)), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
-    beta = np.where(np.asarray(x.sum(axis=0)).ravel() > 0, beta, 0.0)
     return Residual(tuple(float(b) for b in beta), penalty, weight, rms, rms_none)
