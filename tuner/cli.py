@@ -113,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         "or tpe (the model backend's: model-seeded TPE)",
     )
     s.add_argument(
-        "--no-learn", action="store_true", help="timed backends: do not fit the device model again as the sweep goes"
+        "--no-learn",
+        action="store_true",
+        help="timed backends: learn no device model as the sweep goes (so nothing to race on: keys search by TPE)",
     )
     s.add_argument("--noise", type=float, default=0.0, help="model/synthetic backend: lognormal noise (e.g. 0.05)")
     s.add_argument("--outlier-rate", type=float, default=0.0, help="model/synthetic backend: share of slow samples")
@@ -125,8 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="synthetic backend: what the stand-in's shared effects follow, the knobs or the realised tiling",
     )
     s.add_argument("--warmup", type=int, default=2, help="timed backends: warm-up launches per measurement")
-    s.add_argument("--repeats", type=int, default=7, help="timed backends: samples per measurement (>= 3)")
-    s.add_argument("--confirm-top", type=int, default=3, help="timed backends: candidates re-measured at the end")
+    s.add_argument(
+        "--repeats", type=int, default=7,
+        help="timed backends: samples per measurement (>= 3) of a TPE trial and of the seed default where no trial "
+        "measured it; the race samples each configuration 5 times, its contenders 3 more a round to 30",
+    )  # fmt: skip
+    s.add_argument(
+        "--confirm-top", type=int, default=None,
+        help="--strategy tpe on a timed backend: the fastest trials measured again before a winner is named "
+        "(default 3; the race measures its contenders again itself and refuses it)",
+    )  # fmt: skip
     s.add_argument("--patience", type=int, default=0, help="stop a study when its best has not improved for M trials")
     s.add_argument(
         "--stop-early", action="store_true",
@@ -276,6 +286,18 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _races(args: argparse.Namespace, deterministic: bool) -> tuple[bool, str]:
+    """Whether the sweep races its keys (tuner.sweep.run_sweep: a timed backend whose device model is learnt,
+    unless --strategy tpe), and why not where it does not."""
+    if deterministic:
+        return False, "the backend is deterministic: one sample is the whole truth and there is no device to learn"
+    if args.no_learn:
+        return False, "--no-learn: no device model to race on"
+    if args.strategy == "tpe":
+        return False, "--strategy tpe"
+    return True, ""
+
+
 def _error(e: Exception, code: int = 2) -> int:
     """One line on stderr naming what was wrong; the exit code (2: bad input, 1: a check failed)."""
     print(f"python -m tuner: error: {e}", file=sys.stderr)
@@ -360,21 +382,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend = make_backend(
             args.backend, args.noise, args.outlier_rate, args.seed, args.soc, args.device, args.device_shape
         )
-        protocol = MeasurementProtocol(warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top)
+        races, why = _races(args, backend.deterministic)
+        confirm_top = MeasurementProtocol.confirm_top if args.confirm_top is None else args.confirm_top
+        protocol = MeasurementProtocol(warmup=args.warmup, repeats=args.repeats, confirm_top=confirm_top)
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:
             raise ValueError("patience must be >= 0")
-        if args.stop_early and (args.strategy == "tpe" or (args.strategy == "auto" and backend.deterministic)):
-            raise ValueError("--stop-early stops the race (timed backends, --strategy race); TPE stops with --patience")
-        if args.second_look != SECOND_LOOK and (
-            args.strategy == "tpe" or (args.strategy == "auto" and backend.deterministic)
-        ):
-            raise ValueError("--second-look is the race's (timed backends, --strategy race); TPE has none")
+        if args.stop_early and not races:
+            raise ValueError(f"--stop-early stops the race, and this sweep searches by TPE ({why}); TPE "
+                             "stops with --patience")  # fmt: skip
+        if args.second_look != SECOND_LOOK and not races:
+            raise ValueError(f"--second-look is the race's, and this sweep searches by TPE ({why}); TPE has none")
+        if args.confirm_top is not None and races:
+            raise ValueError(
+                "--confirm-top is TPE's (its fastest trials measured again before a winner is named); the race "
+                "measures its contenders again until one leads (--strategy tpe to use it)"
+            )
+        if args.strategy == "race" and not races:
+            raise ValueError(f"--strategy race races the learnt device model's candidates, and {why}")
         trials = shared_trials(args.trials, len(keys), args.explore)
         explore = {"explore": args.explore} if args.explore else {}  # (studies of sweeps without it resume)
         settings = sweep_settings(
             trials, args.backend, noise=args.noise, outlier_rate=args.outlier_rate, seed=args.seed, **explore,
-            device=args.device, warmup=args.warmup, repeats=args.repeats, confirm_top=args.confirm_top,
+            device=args.device, warmup=args.warmup, repeats=args.repeats, confirm_top=confirm_top,
             strategy=args.strategy, patience=args.patience, learn=not args.no_learn,
             **({"stop_early": True} if args.stop_early else {}),  # (studies of sweeps without it resume)
             **({"second_look": args.second_look} if args.second_look != SECOND_LOOK else {}),

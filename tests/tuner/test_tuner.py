@@ -171,6 +171,39 @@ def test_cli_sweep_and_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert needle in err, (bad, err)
 
 
+def test_a_flag_the_chosen_search_does_not_use_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The race (a timed backend learning its device) and TPE take different flags: one given to the search that
+    does not use it is refused in one line saying which search runs and why, before anything is measured; the
+    same flag where its search runs is taken."""
+    base = ["sweep", "--soc", "Ascend910B2", "--dtypes", "float32", "--reductions", "none", "--weights", "none",
+            "--sizes", "65536", "--trials", "3", "--no-progress", "--out", str(tmp_path / "t.json"),
+            "--storage", f"sqlite:///{tmp_path / 's.db'}"]  # fmt: skip
+    timed = ["--backend", "synthetic", "--seed", "3"]
+    for flags, needle in [
+        (
+            ["--strategy", "race"],
+            "--strategy race races the learnt device model's candidates, and the backend is deterministic",
+        ),
+        ([*timed, "--strategy", "race", "--no-learn"], "and --no-learn: no device model to race on"),
+        ([*timed, "--confirm-top", "5"], "--confirm-top is TPE's"),
+        (
+            [*timed, "--no-learn", "--stop-early"],
+            "--stop-early stops the race, and this sweep searches by TPE (--no-learn",
+        ),
+        ([*timed, "--strategy", "tpe", "--second-look", "2"], "searches by TPE (--strategy tpe); TPE has none"),
+    ]:
+        code, err = _cli([*base, *flags], capsys)
+        assert code == 2 and needle in err, (flags, err)
+        assert not (tmp_path / "t.json").exists()
+    code, err = _cli([*base, *timed, "--strategy", "tpe", "--confirm-top", "2", "--repeats", "3"], capsys)
+    assert code == 0, err
+    studies = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 's.db'}").get_all_studies()
+    (study,) = (s for s in studies if "key" in s.user_attrs)
+    assert study.user_attrs["sweep"]["confirm_top"] == 2
+
+
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """``python -m tuner argv`` in this process: its exit code (argparse's SystemExit included) and stderr."""
     from tuner.cli import main
