@@ -189,20 +189,29 @@ def summary_line(summary: dict[str, Any]) -> str:
             f"{summary.get('penalty')} (x{summary.get('interaction_weight', 1.0)} on interactions)")  # fmt: skip
 
 
-def _system(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The normal equations of the feature columns and one level column per key, on the columns some case sets
-    (a level no case has is all zeros in them, so ridge leaves its weight 0: the system it solves is the rest,
-    a few hundred of ~900 columns): (X'X, X'y, those columns' indices, key count)."""
+#: The key levels' ridge penalty: barely any (a key's level is the hardware fit's business).
+KEY_PENALTY = 1e-6
+
+
+def _system(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The normal equations of the feature columns with each key's level solved out, on the columns some case sets
+    (a level no case has is all zeros in them, so ridge leaves its weight 0: the system is the rest, a few hundred
+    of ~800 columns): (X'X - S'DS, X'y - S'Dt, those columns' indices), S the keys' column sums, t their sums of y,
+    D one over their case counts plus KEY_PENALTY: the Schur complement of the keys' block (diagonal: a case has one
+    key), so the features' solution is that of the system with a column per key, which grew with the sweep (a fit
+    on 924 keys' 20 cases each: 3.6 -> 1.3 s, the factors within 1e-13)."""
     from scipy import sparse
 
     ids, key_index = np.unique(keys, return_inverse=True)
     kx = sparse.csr_matrix((np.ones(len(y)), (np.arange(len(y)), key_index)), shape=(len(y), ids.size))
-    full = sparse.hstack([x, kx], format="csc")
-    used = np.flatnonzero(np.diff(full.indptr) > 0)
-    part = full[:, used]
-    gram: np.ndarray = (part.T @ part).toarray()
-    rhs: np.ndarray = np.asarray(part.T @ y).ravel()
-    return gram, rhs, used, int(ids.size)
+    xc = sparse.csc_matrix(x)
+    used = np.flatnonzero(np.diff(xc.indptr) > 0)
+    part = xc[:, used]
+    sums = (kx.T @ part).tocsr()  # S: each key's column sums
+    d = sparse.diags(1.0 / (np.asarray(kx.sum(axis=0)).ravel() + KEY_PENALTY))
+    gram: np.ndarray = (part.T @ part).toarray() - (sums.T @ d @ sums).toarray()
+    rhs: np.ndarray = np.asarray(part.T @ y).ravel() - np.asarray(sums.T @ (d @ (kx.T @ y))).ravel()
+    return gram, rhs, used
 
 
 def _penalties(penalty: float, interaction_weight: float) -> np.ndarray:
@@ -214,13 +223,12 @@ def _penalties(penalty: float, interaction_weight: float) -> np.ndarray:
     return out
 
 
-def _solve(gram: np.ndarray, rhs: np.ndarray, used: np.ndarray, keys: int, penalty: np.ndarray) -> np.ndarray:
-    """Ridge on the feature columns (``penalty`` per column) with one free (barely penalised) level per key:
-    the features' part (0 where no case sets the level)."""
-    pen = np.concatenate([penalty, np.full(keys, 1e-6)])[used]
-    beta = np.zeros(WIDTH + keys)
-    beta[used] = np.linalg.solve(gram + np.diag(pen), rhs)
-    return beta[:WIDTH]
+def _solve(gram: np.ndarray, rhs: np.ndarray, used: np.ndarray, penalty: np.ndarray) -> np.ndarray:
+    """Ridge on the feature columns (``penalty`` per column), each key's level free (``_system``): the features'
+    part (0 where no case sets the level)."""
+    beta = np.zeros(WIDTH)
+    beta[used] = np.linalg.solve(gram + np.diag(penalty[used]), rhs)
+    return beta
 
 
 def _held_out_sse(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray, penalties: list[np.ndarray]) -> list[float]:

@@ -16,12 +16,16 @@ from tiling_model.residual import (
     BY_TILE_TOO,
     FEATURES,
     INTERACTION_WEIGHTS,
+    KEY_PENALTY,
     NONE,
     OFFSETS,
     PENALTIES,
     WIDTH,
     Residual,
     _held_out_sse,
+    _penalties,
+    _solve,
+    _system,
     design,
     fit_residual,
     levels,
@@ -139,6 +143,27 @@ def test_the_penalty_and_the_interactions_weight_are_the_held_out_keys_best(monk
             assert np.allclose(pen[off : off + count], p * unit * (w if "_x_" in name else 1.0))
     assert (r.penalty, r.interaction_weight) == min(zip(grid, sses, strict=True), key=lambda c: (c[1], -c[0][0]))[0]
     assert Residual.from_json(json.loads(json.dumps(r.to_json()))) == r
+
+
+def test_the_keys_levels_solved_out_give_the_ridge_with_a_column_per_key() -> None:
+    """``_system`` solves each key's level out (its Schur complement); the features' part is the one of ridge on
+    the indicator columns and one barely penalised column per key, solved whole, at any penalty."""
+    from scipy import sparse
+
+    lv, keys, y = _data(7, keys=9, per_key=30, effect=0.05)
+    x = design(lv)
+    g = np.asarray(keys, dtype=object)
+    ids, index = np.unique(g, return_inverse=True)
+    whole = np.hstack([x, np.eye(ids.size)[index]])
+    used = np.flatnonzero(whole.any(axis=0))
+    for penalty, weight in ((3.0, 1.0), (300.0, 3.0)):
+        pen = np.concatenate([_penalties(penalty * 1e-4, weight), np.full(ids.size, KEY_PENALTY)])[used]
+        part = whole[:, used]
+        beta = np.zeros(whole.shape[1])
+        beta[used] = np.linalg.solve(part.T @ part + np.diag(pen), part.T @ y)
+        got = _solve(*_system(sparse.csr_matrix(x), g, y), _penalties(penalty * 1e-4, weight))
+        assert np.abs(beta[:WIDTH]).max() > 0.01  # the planted effect is there to find
+        np.testing.assert_allclose(got, beta[:WIDTH], rtol=0, atol=1e-10)
 
 
 def test_too_few_keys_fit_nothing() -> None:
