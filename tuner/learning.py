@@ -9,6 +9,7 @@ the realised tiling (``tiling_model.residual``) in the correction's place where 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -69,26 +70,51 @@ def _key_of(attrs: dict[str, Any]) -> StudyKey:
 def measurements(storage: optuna.storages.BaseStorage, soc: SocProfile, backend: str) -> list[Measured]:
     """Every measured trial of bcetune's kernel on ``soc`` and ``backend`` in the storage (duplicates of an
     already measured configuration and failed trials left out), as calibration cases."""
-    out: list[Measured] = []
-    for frozen in storage.get_all_studies():
-        attrs = frozen.user_attrs.get("key")
-        if not attrs or attrs.get("soc") != soc.name or not frozen.study_name.endswith(f"/{backend}"):
-            continue
-        key = _key_of(attrs)
-        raced = frozen.user_attrs.get("race", {})  # every sample a race took, by configuration
-        for t in storage.get_all_trials(frozen._study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
+    return StoredMeasurements(storage, soc, backend).read()
+
+
+class StoredMeasurements:
+    """``measurements`` of one storage, read again where a study changed: the learner refits after every key, and
+    reading every study's trials each time grew with the sweep (on SQLite ~9 ms a study: a 924-key sweep's refits
+    would have read for an hour). A study is read again when its attributes change, which they do as its trials
+    do: a race sets its heartbeat before each measurement and its samples at its end, TPE its confirmation at its
+    end, a second look both (a completed trial is immutable in Optuna). So another worker's race in progress is
+    seen up to its latest measurement but one; the same cases in the same order as reading all."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, soc: SocProfile, backend: str) -> None:
+        self.storage, self.soc, self.backend = storage, soc, backend
+        self._studies: dict[int, tuple[str, list[Measured]]] = {}  # study id -> (its attributes, its cases)
+
+    def read(self) -> list[Measured]:
+        out: list[Measured] = []
+        for frozen in self.storage.get_all_studies():
+            attrs = frozen.user_attrs.get("key")
+            if not attrs or attrs.get("soc") != self.soc.name or not frozen.study_name.endswith(f"/{self.backend}"):
+                continue
+            stamp = json.dumps(frozen.user_attrs, sort_keys=True, default=str)
+            seen = self._studies.get(frozen._study_id)
+            if seen is None or seen[0] != stamp:
+                raced = frozen.user_attrs.get("race", {})  # every sample a race took, by configuration
+                seen = (stamp, self._cases(frozen._study_id, frozen.study_name, _key_of(attrs), raced))
+                self._studies[frozen._study_id] = seen
+            out += seen[1]
+        return out
+
+    def _cases(self, study_id: int, name: str, key: StudyKey, raced: dict[str, list[float]]) -> list[Measured]:
+        out: list[Measured] = []
+        for t in self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
             a = t.user_attrs
             if "duplicate_of" in a or t.value is None or not all(k in a for k in KNOB_NAMES):
                 continue
             samples = raced.get("/".join(str(a[k]) for k in KNOB_NAMES))
             try:
-                tiling = compute_tiling([key.size], key.variant, TilingParams(*(a[k] for k in KNOB_NAMES)), soc)
+                params = TilingParams(*(a[k] for k in KNOB_NAMES))
+                tiling = compute_tiling([key.size], key.variant, params, self.soc)
             except BadRequest:
                 continue
             us = float(np.median(samples)) if samples else float(a.get("median_us", t.value))
-            out.append(Measured("bce_grad", f"{frozen.study_name}#{t.number}", (tiling,), us, True, False,
-                                frozen.study_name))  # fmt: skip
-    return out
+            out.append(Measured("bce_grad", f"{name}#{t.number}", (tiling,), us, True, False, name))
+        return out
 
 
 def within_key_sigma(fit: DeviceFit) -> float:
@@ -108,6 +134,7 @@ class Learner:
     def __init__(self, soc: SocProfile, storage: optuna.storages.BaseStorage, backend: str, every: int = 1) -> None:
         self.soc, self.storage, self.backend, self.every = soc, storage, backend, max(1, every)
         self._model = DeviceModel(soc, PRIOR_SIGMA)
+        self._stored = StoredMeasurements(storage, soc, backend)
         self._studies = 0
         self.fits = 0
 
@@ -122,7 +149,7 @@ class Learner:
     def fit_device(self, folds: int = 0) -> DeviceModel:
         """Fit the device to every measurement in the storage (``folds`` > 0: also held out by key, for
         the table's intervals); too few measurements keep the model as it is."""
-        cases = measurements(self.storage, self.soc, self.backend)
+        cases = self._stored.read()
         if len(cases) < MIN_CASES or len({m.key for m in cases}) < MIN_KEYS:
             return self._model
         fit = fit_device(cases, self.soc, folds=folds, hardware_cap=MAX_CASES)

@@ -619,3 +619,53 @@ def test_a_second_look_another_worker_claimed_is_waited_for_and_taken_over_once_
     claim = optuna.load_study(study_name=f"{taken.study_name(backend.name)}/look", storage=storage)
     raced = optuna.load_study(study_name=taken.study_name(backend.name), storage=storage)
     assert claim.user_attrs["heartbeat"] >= raced.user_attrs["heartbeat"]  # it beats as it measures: not taken over
+
+
+def test_the_learner_reads_again_only_the_studies_that_changed(swept, tmp_path: Path) -> None:
+    """A sweep's learner refits after every key on every measurement in the storage; it reads a study's trials
+    again only where the study's attributes changed (a race's heartbeat before each measurement, its samples at
+    its end), and what it reads is ``measurements``: the same cases in the same order."""
+    import shutil
+
+    from tuner.learning import StoredMeasurements, measurements
+
+    tmp, _, _ = swept
+    shutil.copy(tmp / "studies.db", tmp_path / "studies.db")  # the fixture's storage stays as the sweep left it
+    storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+    reads: list[int] = []
+
+    class Counting:  # the storage, counting the studies whose trials are read
+        def __getattr__(self, name: str) -> object:
+            return getattr(storage, name)
+
+        def get_all_trials(self, study_id: int, *args: object, **kwargs: object) -> object:
+            reads.append(study_id)
+            return storage.get_all_trials(study_id, *args, **kwargs)  # type: ignore[arg-type]
+
+    def cases(ms: list) -> list[tuple[str, float, str]]:
+        return [(m.source, m.measured_us, m.key) for m in ms]
+
+    backend = SyntheticBackend(DEVICE, seed=2).name
+    stored = StoredMeasurements(Counting(), SOC, backend)  # type: ignore[arg-type]
+    first = stored.read()
+    assert cases(first) == cases(measurements(storage, SOC, backend)) and len(first) >= 16 * 14
+    assert len(reads) == len(set(reads)) == len(keys())  # each key's study once
+    reads.clear()
+    assert cases(stored.read()) == cases(first) and reads == []  # nothing changed: nothing read
+    study = next(s for s in storage.get_all_studies() if "key" in s.user_attrs)
+    a = study.user_attrs["key"]
+    key = StudyKey(SOC.name, Variant(a["dtype"], a["reduction"], a["weight"]), int(a["size"]))
+    loaded = optuna.load_study(study_name=study.study_name, storage=storage)
+    knobs = {"block_bytes": 512, "buffer_num": 1, "tile_bytes": 1536, "core_num": 7}  # a configuration no race took
+    assert all(t.user_attrs.get("core_num") != 7 for t in loaded.trials)
+    template = loaded.trials[0]
+    loaded.set_user_attr("heartbeat", time.time())  # as a race does before it measures
+    loaded.add_trial(optuna.trial.create_trial(params=template.params, distributions=template.distributions,
+                                               value=9.0, user_attrs=knobs | {"median_us": 9.0}))  # fmt: skip
+    loaded.set_user_attr("race", study.user_attrs.get("race", {}) | {"512/1/1536/7": [9.0, 9.2, 8.8]})
+    again = stored.read()
+    assert reads == [study._study_id]  # only the study that changed
+    assert cases(again) == cases(measurements(storage, SOC, backend)) and len(again) == len(first) + 1
+    (new,) = [m for m in again if m.launches[0].params.core_num == 7]
+    assert new.key == study.study_name and new.measured_us == 9.0  # the race's samples' median
+    assert compute_tiling([key.size], key.variant, TilingParams(**knobs), SOC) == new.launches[0]
