@@ -325,9 +325,10 @@ def predicted_us(m: Measured, soc: SocProfile) -> float:
 
 class CaseScorer:
     """predicted / measured - 1 of each of ``cases`` under any profile (``errors``), their grouping built once:
-    single launches of an exact-scheme kernel scored together per (kernel, size, L2 state), one engine call for
-    a key's configurations. A fit evaluates the same cases under hundreds of profiles; building the groups and
-    their knob arrays each time had cost as much as the engine calls (900 cases: 2.2 ms a call)."""
+    single launches of an exact-scheme kernel scored together per (kernel, size, L2 state), all sizes in one
+    engine call (``engine.score_groups``). A fit evaluates the same cases under hundreds of profiles: building
+    the groups each time had cost as much as the engine (900 cases over 60 sizes: 2.2 ms an evaluation), and one
+    engine call per size more than the engine once the sizes are hundreds (900 cases over 481 keys)."""
 
     def __init__(self, cases: Sequence[Measured], l2: L2State | None = None) -> None:
         self.others: list[tuple[int, tuple[TilingData, ...], L2State]] = []  # scored launch by launch
@@ -339,18 +340,19 @@ class CaseScorer:
                 groups.setdefault((id(t.kernel), t.n, state), []).append(i)
             else:
                 self.others.append((i, m.launches, state))
-        self.groups = []
-        for (_, n, state), idx in groups.items():
-            knobs = (np.array([getattr(cases[i].launches[0].params, k) for i in idx]) for k in KNOB_NAMES)
-            self.groups.append((np.array(idx), cases[idx[0]].launches[0].kernel, n, state, *knobs))
+        self.groups = [(cases[idx[0]].launches[0].kernel, n, state) for (_, n, state), idx in groups.items()]
+        self.rows = np.array([i for idx in groups.values() for i in idx], dtype=np.int64)  # each row's case
+        self.starts = np.cumsum([0] + [len(idx) for idx in groups.values()])
+        self.knobs = [np.array([getattr(cases[i].launches[0].params, k) for i in self.rows], dtype=np.int64)
+                      for k in KNOB_NAMES]  # fmt: skip
         self.measured = np.array([m.measured_us for m in cases])
 
     def __call__(self, soc: SocProfile) -> np.ndarray:
         pred = np.zeros(self.measured.size)
         for i, launches, state in self.others:
             pred[i] = sum(predict(x, soc, state) for x in launches)
-        for idx, kernel, n, state, block, bn, tile, cores in self.groups:
-            pred[idx] = engine.score(kernel, soc, n, block, bn, tile, cores, state).predicted_us
+        if self.groups:
+            pred[self.rows] = engine.score_groups(soc, self.groups, self.starts, *self.knobs)
         out: np.ndarray = pred / self.measured - 1.0
         return out
 

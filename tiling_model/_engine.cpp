@@ -279,6 +279,40 @@ nb::tuple Score(int64_t n, const Column& block, const Column& bn, const Column& 
     return nb::make_tuple(us, core, bandwidth, busy, bytes, roofline);
 }
 
+/** Many sizes' configurations under one SoC in one call: group g (ns[g] elements of kernels[g] in states[g]) holds
+ *  rows [starts[g], starts[g + 1]) of the knob columns; each row's prediction (Score's first column), the GIL
+ *  released. A device fit predicts its cases (a few per size, hundreds of sizes) under each trial profile: one
+ *  call per size had cost more in the crossing than in the engine. */
+Out1 ScoreGroups(const Column& ns, const nb::list& kernels, const nb::list& states, const Column& starts,
+                 const Column& block, const Column& bn, const Column& tile, const Column& cores, const Soc& s) {
+    const size_t groups = ns.shape(0), m = block.shape(0);
+    if (nb::len(kernels) != groups || nb::len(states) != groups || starts.shape(0) != groups + 1) {
+        throw std::invalid_argument("one kernel and one L2 state per size, and one more start than sizes");
+    }
+    if (bn.shape(0) != m || tile.shape(0) != m || cores.shape(0) != m) {
+        throw std::invalid_argument("block, buffer_num, tile and cores must have the same length");
+    }
+    if (starts(0) != 0 || starts(groups) != static_cast<int64_t>(m)) {
+        throw std::invalid_argument("starts must run from 0 to the number of configurations");
+    }
+    std::vector<const cost::KernelModel*> models(groups);
+    std::vector<cost::L2State> l2(groups);
+    for (size_t g = 0; g < groups; ++g) {
+        if (starts(g + 1) < starts(g)) throw std::invalid_argument("starts must not decrease");
+        models[g] = &nb::cast<const Kernel&>(kernels[g]).model;
+        l2[g] = nb::cast<cost::L2State>(states[g]);
+    }
+    Out1 us = Vector1<double>(m);
+    nb::gil_scoped_release unlocked;
+    for (size_t g = 0; g < groups; ++g) {
+        const double hit = cost::L2Hit(*models[g], s.model, ns(g), l2[g]);
+        for (int64_t i = starts(g); i < starts(g + 1); ++i) {
+            us.data()[i] = cost::PredictConfig(ns(g), block(i), bn(i), tile(i), cores(i), *models[g], s.model, hit, true).us;
+        }
+    }
+    return us;
+}
+
 /** Every configuration's lower bound and whether it is the prediction (simulate.bounds_us), no schedule. */
 nb::tuple Bound(int64_t n, const Column& block, const Column& bn, const Column& tile, const Column& cores,
                 const Kernel& k, const Soc& s, double hit) {
@@ -422,6 +456,9 @@ NB_MODULE(_engine, m) {
     m.def("score", &Score, nb::arg("n"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
           nb::arg("core_num"), nb::arg("kernel"), nb::arg("soc"), nb::arg("hit"),
           "Every configuration simulated: (predicted, core, bandwidth, busy (m, 3), bytes moved, roofline) arrays.");
+    m.def("score_groups", &ScoreGroups, nb::arg("ns"), nb::arg("kernels"), nb::arg("states"), nb::arg("starts"),
+          nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"), nb::arg("core_num"), nb::arg("soc"),
+          "Many sizes' configurations, each size's rows from starts[g] to starts[g + 1]: every one's prediction.");
     m.def("bound", &Bound, nb::arg("n"), nb::arg("block_bytes"), nb::arg("buffer_num"), nb::arg("tile_bytes"),
           nb::arg("core_num"), nb::arg("kernel"), nb::arg("soc"), nb::arg("hit"),
           "Every configuration's lower bound and whether it is the prediction (no schedule).");

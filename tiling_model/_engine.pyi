@@ -231,6 +231,17 @@ def score(
     soc: Soc,
     hit: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
+def score_groups(
+    ns: np.ndarray,
+    kernels: list[Kernel],
+    states: list[L2State],
+    starts: np.ndarray,
+    block_bytes: np.ndarray,
+    buffer_num: np.ndarray,
+    tile_bytes: np.ndarray,
+    core_num: np.ndarray,
+    soc: Soc,
+) -> np.ndarray: ...
 def bound(
     n: int,
     block_bytes: np.ndarray,

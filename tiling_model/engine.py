@@ -12,6 +12,7 @@ into the engine's named structs (cached per object), L2 states into the engine's
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -201,6 +202,26 @@ def score(
         int(n), _column(block), _column(bn), _column(tile), _column(cores), k, s, hit
     )
     return BatchResult(us, core, bandwidth, busy, moved, roofline)
+
+
+def score_groups(
+    soc: SocProfile,
+    groups: Sequence[tuple[ElementwiseKernel, int, L2State]],
+    starts: np.ndarray,
+    block: np.ndarray,
+    bn: np.ndarray,
+    tile: np.ndarray,
+    cores: np.ndarray,
+) -> np.ndarray:
+    """``score``'s predictions of many sizes' configurations in one engine call: group g's (kernel, n, L2 state)
+    configurations are rows ``starts[g]`` to ``starts[g + 1]`` of the knob columns (a device fit's cases under
+    each profile it tries)."""
+    ns = np.array([int(n) for _, n, _ in groups], dtype=np.int64)
+    kernels = [kernel_model(kernel) for kernel, _, _ in groups]
+    states = [l2_state(l2) for _, _, l2 in groups]
+    us: np.ndarray = _engine.score_groups(ns, kernels, states, _column(starts), _column(block), _column(bn),
+                                          _column(tile), _column(cores), soc_model(soc))  # fmt: skip
+    return us
 
 
 def bound(

@@ -243,11 +243,18 @@ def _held_out_sse(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray, penalti
         train, test = fold != f, fold == f
         system = _system(x[train], keys[train], y[train])
         preds = [np.zeros(int(test.sum()))] + [x[test] @ _solve(*system, p) for p in penalties]
-        groups = [keys[test] == g for g in np.unique(keys[test])]
+        groups = _groups(keys[test])
         for j, pred in enumerate(preds):
             r = y[test] - pred
             sse[j] += sum(float(((r[m] - r[m].mean()) ** 2).sum()) for m in groups)
     return sse
+
+
+def _groups(keys: np.ndarray) -> list[np.ndarray]:
+    """Each key's rows (keys in sorted order, rows in theirs): one pass, not a mask over every row per key."""
+    _, index = np.unique(keys, return_inverse=True)
+    order = np.argsort(index, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(index[order])) + 1) if order.size else []
 
 
 def fit_residual(lv: np.ndarray, keys: Sequence[str], log_residuals: Sequence[float]) -> Residual:
@@ -260,9 +267,8 @@ def fit_residual(lv: np.ndarray, keys: Sequence[str], log_residuals: Sequence[fl
     if y.size == 0 or np.unique(g).size < FOLDS:
         return NONE
     centred = y.copy()
-    for key in np.unique(g):
-        m = g == key
-        centred[m] -= np.median(y[m])
+    for rows in _groups(g):
+        centred[rows] -= np.median(y[rows])
     mad = 1.4826 * float(np.median(np.abs(centred)))
     keep = np.abs(centred) <= max(5 * mad, OUTLIER_LOG)
     from scipy import sparse

@@ -122,8 +122,10 @@ def within_key_sigma(fit: DeviceFit) -> float:
     log residuals around that key's own median (held out by key where the fit has folds)."""
     errs = fit.held_out if fit.held_out is not None else fit.after
     logs = np.log1p(np.asarray(errs, dtype=float))
-    keys = np.array([m.key for m in fit.cases])
-    centred = np.concatenate([logs[keys == k] - np.median(logs[keys == k]) for k in np.unique(keys)])
+    _, index = np.unique(np.array([m.key for m in fit.cases]), return_inverse=True)
+    order = np.argsort(index, kind="stable")  # each key's cases together (a mask per key: keys x cases)
+    groups = np.split(logs[order], np.flatnonzero(np.diff(index[order])) + 1) if logs.size else []
+    centred = np.concatenate([g - np.median(g) for g in groups]) if groups else np.zeros(0)
     mad = 1.4826 * float(np.median(np.abs(centred))) if centred.size else PRIOR_SIGMA
     return max(mad, MIN_SIGMA)
 

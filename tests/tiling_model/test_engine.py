@@ -138,6 +138,48 @@ def test_a_whole_space_and_its_bounds_are_the_specifications_to_the_bit(
     assert np.array_equal(e_lower, lower) and np.array_equal(e_certain, certain)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(variants, st.integers(1, 10**9), st.sampled_from(L2_STATES), st.integers(0, 6)), max_size=5),
+    st.sampled_from(SOCS),
+    st.integers(0, 5),
+    st.integers(0, 2**31),
+)
+def test_many_sizes_in_one_call_are_each_sizes_own_scores_to_the_bit(
+    groups: list[tuple[Variant, int, mt.L2State, int]], soc_name: str, correction: int, seed: int
+) -> None:
+    """``score_groups`` (a device fit's cases under each profile it tries) predicts each size's rows as ``score``
+    predicts that size alone, to the bit; a size may have no rows."""
+    soc, rng = corrected(soc_name, correction), np.random.default_rng(seed)
+    spec, cols, want = [], [], []
+    for v, n, l2, rows in groups:
+        k = kernel(v, n)
+        block, bn, tile, cores = enumerate_space(k, soc, n)
+        pick = rng.choice(block.size, size=min(rows, block.size), replace=False)
+        knobs = (block[pick], bn[pick], tile[pick], cores[pick])
+        spec.append((k, n, l2))
+        cols.append(knobs)
+        want.append(engine.score(k, soc, n, *knobs, l2).predicted_us)
+    starts = np.cumsum([0] + [c[0].size for c in cols])
+    got = engine.score_groups(soc, spec, starts, *(np.concatenate([c[j] for c in cols] or [np.zeros(0, int)])
+                                                 for j in range(4)))  # fmt: skip
+    assert np.array_equal(got, np.concatenate(want or [np.zeros(0)]))
+
+
+def test_many_sizes_bad_arguments_are_clear_errors() -> None:
+    soc, k = load_soc("Ascend910B2"), kernel(Variant("float32", "none"), 1000)
+    one = np.array([512]), np.array([2]), np.array([512]), np.array([1])
+    with pytest.raises(ValueError, match="one more start than sizes"):
+        engine.score_groups(soc, [(k, 1000, False)], np.array([0]), *one)
+    with pytest.raises(ValueError, match="from 0 to the number of configurations"):
+        engine.score_groups(soc, [(k, 1000, False)], np.array([0, 2]), *one)
+    with pytest.raises(ValueError, match="must not decrease"):
+        engine.score_groups(soc, [(k, 1000, False), (k, 10, False)], np.array([0, 2, 1]), *one)
+    with pytest.raises(ValueError, match="same length"):
+        engine.score_groups(soc, [(k, 1000, False)], np.array([0, 1]), np.array([512]), np.array([2, 2]),
+                            np.array([512]), np.array([1]))  # fmt: skip
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     variants, sizes, st.sampled_from(SOCS), st.lists(st.sampled_from(BLOCK_CHOICES), min_size=1, unique=True), st.data()
