@@ -77,6 +77,19 @@ def estimate(
     return Estimate(len(keys), total_samples, total_us / 1e6)
 
 
+#: One refit of the sweep's learner on the host (``tuner.learning.Learner.fit_device``, after every key), as the
+#: keys so far grow: about REFIT_S + REFIT_S_PER_KEY x keys, fitted on ``python benchmarks/learner_cost.py`` on the
+#: 2-core VM of the benchmarks (0.44 s at 41 keys, 0.76 at 121, 1.31 at 481, 1.89 at 756; storage in memory).
+REFIT_S = 0.36
+REFIT_S_PER_KEY = 0.002
+
+
+def refits_seconds(keys: int) -> float:
+    """The host's seconds in the learner's refits over a sweep of ``keys`` keys (one after each; several workers
+    share them, each refitting after its own keys)."""
+    return sum(REFIT_S + REFIT_S_PER_KEY * k for k in range(1, keys + 1))
+
+
 class DeviceClock:
     """A backend that counts what it costs: samples, flushes, kernel time, wall time (passes through)."""
 

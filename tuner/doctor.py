@@ -418,7 +418,7 @@ SWEEP_TRIALS = 20
 
 def plan_lines(soc: str, trials: int = SWEEP_TRIALS, devices: int = 1) -> list[str]:
     """What a sweep on this device will do, and what it will cost (the shipped table's keys)."""
-    from tuner.device_time import estimate
+    from tuner.device_time import REFIT_S, REFIT_S_PER_KEY, estimate, refits_seconds
     from tuner.protocol import MeasurementProtocol
     from tuner.race import RacePlan
     from tuner.sweep import sweep_keys
@@ -435,9 +435,13 @@ def plan_lines(soc: str, trials: int = SWEEP_TRIALS, devices: int = 1) -> list[s
         f"  {len(keys)} keys; per key the device model's candidates first ({plan.first_samples} samples each, "
         f"warm-up {protocol.warmup}, L2 flushed before each where the launch's footprint is under 4x L2), "
         f"learning within the key, then a race of the {plan.contenders} fastest to {plan.max_samples} samples",
-        "  after every key the SoC profile and its knob correction are refitted on every measurement in the "
-        "storage; the table carries the profile fitted on the whole sweep",
+        "  after every key the SoC profile and the learned residual over the realised tiling (or, where held-out keys "
+        "rank better with it, the knob correction) are refitted on every measurement in the storage; the table "
+        "carries the profile fitted on the whole sweep",
         f"  device time: {cost.text()}, about {per_device / 3600:.1f} h per device with {devices} device(s)",
+        f"  host time in the refits: about {refits_seconds(len(keys)) / 60:.0f} min in all, shared by the workers "
+        f"(each about {REFIT_S + REFIT_S_PER_KEY * len(keys):.1f} s by the last key on a 2-core host: "
+        "benchmarks/learner_cost.py), beside the storage's writes and the gate",
     ]
 
 
