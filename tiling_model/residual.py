@@ -243,14 +243,14 @@ def _held_out_sse(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray, penalti
         train, test = fold != f, fold == f
         system = _system(x[train], keys[train], y[train])
         preds = [np.zeros(int(test.sum()))] + [x[test] @ _solve(*system, p) for p in penalties]
-        groups = _groups(keys[test])
+        groups = rows_by_key(keys[test])
         for j, pred in enumerate(preds):
             r = y[test] - pred
             sse[j] += sum(float(((r[m] - r[m].mean()) ** 2).sum()) for m in groups)
     return sse
 
 
-def _groups(keys: np.ndarray) -> list[np.ndarray]:
+def rows_by_key(keys: np.ndarray) -> list[np.ndarray]:
     """Each key's rows (keys in sorted order, rows in theirs): one pass, not a mask over every row per key."""
     _, index = np.unique(keys, return_inverse=True)
     order = np.argsort(index, kind="stable")
@@ -267,7 +267,7 @@ def fit_residual(lv: np.ndarray, keys: Sequence[str], log_residuals: Sequence[fl
     if y.size == 0 or np.unique(g).size < FOLDS:
         return NONE
     centred = y.copy()
-    for rows in _groups(g):
+    for rows in rows_by_key(g):
         centred[rows] -= np.median(y[rows])
     mad = 1.4826 * float(np.median(np.abs(centred)))
     keep = np.abs(centred) <= max(5 * mad, OUTLIER_LOG)

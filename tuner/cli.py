@@ -35,6 +35,7 @@ from tuner.sweep import (
     GatePasses,
     SweepRun,
     merge,
+    races,
     rebaseline,
     regate,
     run_sweep,
@@ -286,18 +287,6 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _races(args: argparse.Namespace, deterministic: bool) -> tuple[bool, str]:
-    """Whether the sweep races its keys (tuner.sweep.run_sweep: a timed backend whose device model is learnt,
-    unless --strategy tpe), and why not where it does not."""
-    if deterministic:
-        return False, "the backend is deterministic: one sample is the whole truth and there is no device to learn"
-    if args.no_learn:
-        return False, "--no-learn: no device model to race on"
-    if args.strategy == "tpe":
-        return False, "--strategy tpe"
-    return True, ""
-
-
 def _error(e: Exception, code: int = 2) -> int:
     """One line on stderr naming what was wrong; the exit code (2: bad input, 1: a check failed)."""
     print(f"python -m tuner: error: {e}", file=sys.stderr)
@@ -382,23 +371,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend = make_backend(
             args.backend, args.noise, args.outlier_rate, args.seed, args.soc, args.device, args.device_shape
         )
-        races, why = _races(args, backend.deterministic)
+        racing, why = races(args.strategy, backend.deterministic, not args.no_learn and not backend.deterministic)
         confirm_top = MeasurementProtocol.confirm_top if args.confirm_top is None else args.confirm_top
         protocol = MeasurementProtocol(warmup=args.warmup, repeats=args.repeats, confirm_top=confirm_top)
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:
             raise ValueError("patience must be >= 0")
-        if args.stop_early and not races:
+        if args.stop_early and not racing:
             raise ValueError(f"--stop-early stops the race, and this sweep searches by TPE ({why}); TPE "
                              "stops with --patience")  # fmt: skip
-        if args.second_look != SECOND_LOOK and not races:
+        if args.second_look != SECOND_LOOK and not racing:
             raise ValueError(f"--second-look is the race's, and this sweep searches by TPE ({why}); TPE has none")
-        if args.confirm_top is not None and races:
+        if args.confirm_top is not None and racing:
             raise ValueError(
                 "--confirm-top is TPE's (its fastest trials measured again before a winner is named); the race "
                 "measures its contenders again until one leads (--strategy tpe to use it)"
             )
-        if args.strategy == "race" and not races:
+        if args.strategy == "race" and not racing:
             raise ValueError(f"--strategy race races the learnt device model's candidates, and {why}")
         trials = shared_trials(args.trials, len(keys), args.explore)
         explore = {"explore": args.explore} if args.explore else {}  # (studies of sweeps without it resume)

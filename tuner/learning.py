@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from model_tools.calibrate import DeviceFit, Measured, fit_device
 from tiling_model import BadRequest, SocProfile, TilingParams, Variant, compute_tiling
+from tiling_model.residual import rows_by_key
 from tiling_model.tiling import KNOB_NAMES
 from tuner.key import StudyKey
 
@@ -122,9 +123,7 @@ def within_key_sigma(fit: DeviceFit) -> float:
     log residuals around that key's own median (held out by key where the fit has folds)."""
     errs = fit.held_out if fit.held_out is not None else fit.after
     logs = np.log1p(np.asarray(errs, dtype=float))
-    _, index = np.unique(np.array([m.key for m in fit.cases]), return_inverse=True)
-    order = np.argsort(index, kind="stable")  # each key's cases together (a mask per key: keys x cases)
-    groups = np.split(logs[order], np.flatnonzero(np.diff(index[order])) + 1) if logs.size else []
+    groups = [logs[rows] for rows in rows_by_key(np.array([m.key for m in fit.cases]))]
     centred = np.concatenate([g - np.median(g) for g in groups]) if groups else np.zeros(0)
     mad = 1.4826 * float(np.median(np.abs(centred))) if centred.size else PRIOR_SIGMA
     return max(mad, MIN_SIGMA)
@@ -148,10 +147,14 @@ class Learner:
         if self._studies % self.every == 0:
             self.fit_device()
 
+    def cases(self) -> list[Measured]:
+        """Every measurement in the storage (``measurements``), read again only where a study changed."""
+        return self._stored.read()
+
     def fit_device(self, folds: int = 0) -> DeviceModel:
         """Fit the device to every measurement in the storage (``folds`` > 0: also held out by key, for
         the table's intervals); too few measurements keep the model as it is."""
-        cases = self._stored.read()
+        cases = self.cases()
         if len(cases) < MIN_CASES or len({m.key for m in cases}) < MIN_KEYS:
             return self._model
         fit = fit_device(cases, self.soc, folds=folds, hardware_cap=MAX_CASES)

@@ -26,7 +26,7 @@ from tuner.device_time import DeviceClock, estimate
 from tuner.explore import choose
 from tuner.gate import GateFailure, check_tiling
 from tuner.key import StudyKey
-from tuner.learning import Learner, device_profile_document, measurements
+from tuner.learning import Learner, device_profile_document
 from tuner.protocol import MeasurementProtocol, measure
 from tuner.race import SECOND_LOOK, RacePlan
 from tuner.records import RecordLog
@@ -245,6 +245,19 @@ class SweepRun:
         )
 
 
+def races(strategy: str, deterministic: bool, learn: bool) -> tuple[bool, str]:
+    """Whether a sweep races its keys (a race runs on the learnt device model: ``strategy`` race, or auto on a
+    timed backend), and why not where it does not (the rest search by TPE)."""
+    if not learn:
+        return False, ("the backend is deterministic: one sample is the whole truth and there is no device to learn"
+                       if deterministic else "--no-learn: no device model to race on")  # fmt: skip
+    if strategy == "tpe":
+        return False, "--strategy tpe"
+    if strategy == "auto" and deterministic:
+        return False, "the backend is deterministic: one sample is the whole truth"
+    return True, ""
+
+
 def run_sweep(
     keys: list[StudyKey],
     backend: Backend,
@@ -298,7 +311,7 @@ def run_sweep(
     failures: list[str] = []
     gates = SweepRun() if outcome is None else outcome
 
-    racing = learner is not None and (strategy == "race" or (strategy == "auto" and not backend.deterministic))
+    racing, _ = races(strategy, backend.deterministic, learner is not None)
 
     def run(key: StudyKey) -> None:
         model = learner.model() if learner else None
@@ -346,7 +359,7 @@ def run_sweep(
                 ship(key, entry)
     extra: list[StudyKey] = []
     if explore and learner:  # chosen on every worker's measurements so far (workers may choose apart)
-        chosen = choose(keys, measurements(store, soc, backend.name), learner.model().profile, explore, trials)
+        chosen = choose(keys, learner.cases(), learner.model().profile, explore, trials)
         extra = [c.key for c in chosen if c.key not in done]
         for key in tqdm(extra, desc=f"explore {soc.name}", unit="study", disable=not progress):
             try:
