@@ -7,8 +7,8 @@ attributes, ``--trials`` measured configurations of the key's space with their s
 count of ``--at``, one refit with the keys so far: the first read of the storage (``cold``, what a worker
 starting on a filled storage pays once) and the refit after one more key (``warm``, what every key pays: its
 study read again, the hardware fit on at most 900 cases, the residual on every case), each split into reading,
-the device fit and the rest. ``--storage`` takes an Optuna RDB URL (a new SQLite file: filling it writes ~27 ms
-a trial) in place of the in-memory storage.
+the device fit and the rest. ``--storage`` takes an Optuna RDB URL (a new SQLite file: filling it costs what
+``benchmarks/trial_writes.py`` measures) in place of the in-memory storage.
 
 Run: ``.venv/bin/python benchmarks/learner_cost.py`` (about 3 minutes; ``--at 40,120,480,755``: the last refit of
 a sweep of the 756 keys the benchmarks draw from, the 910B2 grid without the fused mode).
@@ -32,7 +32,9 @@ from tiling_model.tiling import KNOB_NAMES
 from tuner import learning
 from tuner.key import StudyKey
 from tuner.learning import Learner, key_attrs
+from tuner.protocol import MeasurementProtocol, summarise
 from tuner.synthetic import SyntheticDevice
+from tuner.trial_attrs import trial_attrs
 
 SOC = "Ascend910B2"
 BACKEND = "synthetic"
@@ -51,11 +53,12 @@ def add_key(storage: optuna.storages.BaseStorage, key: StudyKey, device: Synthet
         params = scored.params(int(i))
         truth = device.truth_us(compute_tiling([key.size], key.variant, params, device.soc))
         samples = [truth * float(np.exp(rng.normal(0.0, 0.02))) for _ in range(5)]
-        knobs = {k: int(getattr(params, k)) for k in KNOB_NAMES}
-        race["/".join(str(v) for v in knobs.values())] = samples
-        median = float(np.median(samples))
-        study.add_trial(optuna.trial.create_trial(params={"i": int(i)}, distributions=dist, value=median,
-                                                  user_attrs=knobs | {"median_us": median}))  # fmt: skip
+        knobs = tuple(int(getattr(params, k)) for k in KNOB_NAMES)
+        race["/".join(str(v) for v in knobs)] = samples
+        m = summarise(samples, MeasurementProtocol().outlier_mads)
+        attrs = trial_attrs(knobs, m, truth, truth)  # (the predictions: unread by the refit)
+        study.add_trial(optuna.trial.create_trial(params={"i": int(i)}, distributions=dist, value=m.median_us,
+                                                  user_attrs=attrs))  # fmt: skip
     study.set_user_attr("race", race)
 
 

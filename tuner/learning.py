@@ -21,8 +21,8 @@ from optuna.trial import TrialState
 from model_tools.calibrate import DeviceFit, Measured, fit_device
 from tiling_model import BadRequest, SocProfile, TilingParams, Variant, compute_tiling
 from tiling_model.residual import rows_by_key
-from tiling_model.tiling import KNOB_NAMES
 from tuner.key import StudyKey
+from tuner.trial_attrs import knobs_of, measurement_of
 
 #: The relative error of the shipped model between configurations of one key, before the device has
 #: been measured (log sd; the leave-one-operator-out error across operators is ~15%, within one key's
@@ -104,16 +104,16 @@ class StoredMeasurements:
     def _cases(self, study_id: int, name: str, key: StudyKey, raced: dict[str, list[float]]) -> list[Measured]:
         out: list[Measured] = []
         for t in self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
-            a = t.user_attrs
-            if "duplicate_of" in a or t.value is None or not all(k in a for k in KNOB_NAMES):
+            knobs = knobs_of(t)
+            if "duplicate_of" in t.user_attrs or t.value is None or knobs is None:
                 continue
-            samples = raced.get("/".join(str(a[k]) for k in KNOB_NAMES))
+            samples = raced.get("/".join(str(k) for k in knobs))
             try:
-                params = TilingParams(*(a[k] for k in KNOB_NAMES))
-                tiling = compute_tiling([key.size], key.variant, params, self.soc)
+                tiling = compute_tiling([key.size], key.variant, TilingParams(*knobs), self.soc)
             except BadRequest:
                 continue
-            us = float(np.median(samples)) if samples else float(a.get("median_us", t.value))
+            stored = measurement_of(t)
+            us = float(np.median(samples)) if samples else (stored.median_us if stored else float(t.value))
             out.append(Measured("bce_grad", f"{name}#{t.number}", (tiling,), us, True, False, name))
         return out
 

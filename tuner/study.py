@@ -44,6 +44,7 @@ from tuner.protocol import (
 from tuner.race import Entrant, RacePlan, entrant_of, search
 from tuner.records import RecordLog
 from tuner.storage import fail_stale_trials
+from tuner.trial_attrs import CONFIG_ATTR, MEASURED_ATTR, knobs_of, measured_attr, measurement_of, trial_attrs
 from tuner.trial_space import TrialSpace
 
 #: The model's best configurations enqueued as the first trials after the seed default.
@@ -55,41 +56,30 @@ class InvalidConfiguration(InvalidTiling):
 
 
 def _params_of(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
-    a = trial.user_attrs
-    return (a["block_bytes"], a["buffer_num"], a["tile_bytes"], a["core_num"])
+    knobs = knobs_of(trial)
+    if knobs is None:
+        raise MeasurementError(f"trial {trial.number} holds no configuration (state {trial.state.name})")
+    return knobs
 
 
 DUPLICATE_WAIT_S = 120.0
 POLL_S = 0.05
 #: How often a trial waiting on a same-config claimant asks the storage whether the claimant's worker died.
 STALE_CHECK_S = 1.0
-#: One user attr holding the whole configuration: written in one storage call, so another worker
-#: sees all of it or none of it (four knob attrs are four writes, and a half-written one was missed).
-CONFIG_ATTR = "config"
 #: Set by a trial once it has claimed its configuration and is about to time it.
 MEASURING_ATTR = "measuring"
 
 
-def _config_of(t: optuna.trial.FrozenTrial) -> list[int] | None:
-    """A trial's configuration; a completed trial of an older sweep has only the four knob attrs."""
-    a = t.user_attrs
-    if CONFIG_ATTR in a:
-        return list(a[CONFIG_ATTR])
-    if t.state == TrialState.COMPLETE and all(k in a for k in KNOB_NAMES):
-        return [a[k] for k in KNOB_NAMES]
-    return None
-
-
-def _same_config(study: optuna.Study, number: int, real: list[int]) -> list[optuna.trial.FrozenTrial]:
+def _same_config(study: optuna.Study, number: int, real: tuple[int, ...]) -> list[optuna.trial.FrozenTrial]:
     """The other completed or running trials of this study with this configuration."""
     return [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
-        if t.number != number and _config_of(t) == real
+        if t.number != number and knobs_of(t) == real
     ]
 
 
-def _claim_or_reuse(trial: optuna.Trial, study: optuna.Study, real: list[int]) -> float | None:
+def _claim_or_reuse(trial: optuna.Trial, study: optuna.Study, config: list[int]) -> float | None:
     """Claim this configuration for timing (None), or return the value of the trial that timed it.
 
     Two workers may propose one configuration at the same moment. Each has written ``config``
@@ -101,6 +91,7 @@ def _claim_or_reuse(trial: optuna.Trial, study: optuna.Study, real: list[int]) -
     silent for the storage's grace period (``tuner.storage.fail_stale_trials``, asked every
     STALE_CHECK_S) and no longer waited for; where the storage keeps no heartbeats, it is waited for at
     most DUPLICATE_WAIT_S (a resumed sweep on PostgreSQL waited those 120 s for its killed run's trial)."""
+    real = tuple(config)
     deadline = time.monotonic() + DUPLICATE_WAIT_S
     check = time.monotonic() + STALE_CHECK_S
     while time.monotonic() < deadline:
@@ -139,23 +130,18 @@ def _objective(  # noqa: ANN202
         if violations:
             raise InvalidConfiguration(f"{key}: {params} -> {[v.kind for v in violations]}")
         real = (t.params.block_bytes, t.params.buffer_num, t.params.tile_bytes, t.params.core_num)
-        trial.set_user_attr(CONFIG_ATTR, list(real))
-        for name, value in zip(KNOB_NAMES, real, strict=True):
-            trial.set_user_attr(name, value)
+        trial.set_user_attr(CONFIG_ATTR, list(real))  # (trial_attrs: one write, read whole or not at all)
         # A configuration already measured in this study is not measured again (_claim_or_reuse).
         reused = _claim_or_reuse(trial, study, list(real))
         if reused is not None:
             return reused
         predicted = predict(t, space.soc)
-        trial.set_user_attr("predicted_us", predicted)
         try:
             m = measure(backend, t, protocol)
         except MeasurementError as e:  # a kernel fault or timeout: this trial fails, the sweep goes on
             trial.set_user_attr("error", str(e))
             raise
-        for attr, attr_value in m.as_attrs().items():
-            trial.set_user_attr(attr, attr_value)
-        trial.set_user_attr("spread_us", m.iqr_us)
+        trial.set_user_attr(MEASURED_ATTR, measured_attr(m, predicted))
         if records is not None:
             records.write(key, backend.name, t, m, predicted)
         return m.median_us
@@ -163,11 +149,12 @@ def _objective(  # noqa: ANN202
     return objective
 
 
-def robust_order(attrs: dict) -> tuple[int, int, int, int]:
+def robust_order(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
     """How ties are resolved, toward where a model or timing error costs least on real hardware:
     double buffering first (buffer_num >= 2, fewest such), then larger tiles (few fixed DMA
     costs), then more cores (bandwidth headroom)."""
-    return (attrs["buffer_num"] < 2, attrs["buffer_num"], -attrs["tile_bytes"], -attrs["core_num"])
+    _, bn, tile, cores = _params_of(trial)
+    return (bn < 2, bn, -tile, -cores)
 
 
 def counted_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -216,7 +203,7 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
         pool = seeded if all(value_of(t) >= best_seeded * 0.999 for t in done) else done
     fastest = min(value_of(t) for t in pool)
     tied = [t for t in pool if value_of(t) <= fastest * 1.001]
-    return min(tied, key=lambda t: (*robust_order(t.user_attrs), value_of(t), t.number))
+    return min(tied, key=lambda t: (*robust_order(t), value_of(t), t.number))
 
 
 def value_of(trial: optuna.trial.FrozenTrial) -> float:
@@ -242,7 +229,7 @@ def confirm_winner(
     study.set_user_attr("confirm", {str(t.number): m.as_attrs() for t, m in zip(top, ms, strict=True)})
     fastest = min(ms, key=lambda m: m.median_us)
     tied = [(t, m) for t, m in zip(top, ms, strict=True) if statistically_tied(m, fastest)]
-    winner, wm = min(tied, key=lambda tm: (*robust_order(tm[0].user_attrs), tm[1].median_us, tm[0].number))
+    winner, wm = min(tied, key=lambda tm: (*robust_order(tm[0]), tm[1].median_us, tm[0].number))
     return winner, wm.median_us, wm.iqr_us
 
 
@@ -493,12 +480,12 @@ class _KeyRace:
         self.before: dict[tuple[int, ...], tuple[int, float, float | None]] = {}
         self.recorded_before = "entry" in study.user_attrs
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if all(k in t.user_attrs for k in KNOB_NAMES) and "samples" in t.user_attrs:
-                e = entrant_of(self.space, key.size, TilingParams(*_params_of(t)), t.user_attrs["samples"])
+            knobs, m = knobs_of(t), measurement_of(t)
+            if knobs is not None and m is not None:
+                e = entrant_of(self.space, key.size, TilingParams(*knobs), m.samples)
                 e.samples = list(raced.get(_knob_text(e), e.samples))
                 self.known[e.key] = e
-                a = t.user_attrs
-                self.before[e.key] = (len(e.samples), float(a["predicted_us"]), a.get("predicted_device_us"))
+                self.before[e.key] = (len(e.samples), m.predicted_us, m.predicted_device_us)
         self.to_record: dict[tuple[int, ...], tuple[TilingData, Measurement, float, float]] = {}
 
     def measure_new(self, params: TilingParams) -> Entrant | None:
@@ -510,13 +497,11 @@ class _KeyRace:
         e = entrant_of(space, key.size, params, [])
         if e.key in self.known:
             return self.known[e.key]
-        attrs: dict[str, object] = dict(zip(KNOB_NAMES, e.key, strict=True))
-        attrs["predicted_us"] = predict(t, self.soc)
-        attrs["predicted_device_us"] = predict(t, self.model.profile)
+        shipped, on_device = predict(t, self.soc), predict(t, self.model.profile)
         try:
             samples = race_samples(self.backend, t, self.plan.first_samples, self.protocol.warmup, self.soc)
         except MeasurementError as err:
-            failed = attrs | {"error": str(err)}
+            failed = {CONFIG_ATTR: list(e.key), "error": str(err)}
             point = space.point_of(e.params)
             study.add_trial(optuna.trial.create_trial(params=point, distributions=self.dists, state=TrialState.FAIL,
                                                       user_attrs=failed))  # fmt: skip
@@ -525,10 +510,10 @@ class _KeyRace:
         for beating in self.beating:  # this worker is alive and on the key
             beating.set_user_attr("heartbeat", time.time())
         m = summarise(samples, self.protocol.outlier_mads)
-        attrs |= m.as_attrs() | {"spread_us": m.iqr_us}
+        attrs = trial_attrs(e.key, m, shipped, on_device)
         study.add_trial(optuna.trial.create_trial(params=space.point_of(e.params), distributions=self.dists,
                                                   value=m.median_us, user_attrs=attrs))  # fmt: skip
-        self.to_record[e.key] = (t, m, float(attrs["predicted_us"]), float(attrs["predicted_device_us"]))  # type: ignore[arg-type]
+        self.to_record[e.key] = (t, m, shipped, on_device)
         self.known[e.key] = e
         return e
 

@@ -33,6 +33,7 @@ from tuner.records import RecordLog
 from tuner.storage import open_storage
 from tuner.sweep import run_sweep
 from tuner.synthetic import SyntheticBackend, SyntheticDevice
+from tuner.trial_attrs import knobs_of
 
 pytestmark = pytest.mark.slow  # sweeps against a stand-in device, end to end
 
@@ -319,10 +320,7 @@ def test_two_workers_on_one_storage_race_each_key_once_and_write_the_same_table(
     assert not any("second_look" in s.user_attrs for s in studies if s not in early)
     assert sum(s.study_name.endswith("/look") for s in storage.get_all_studies()) == len(early)  # one claim each
     for s in studies:
-        trials = storage.get_all_trials(s._study_id, deepcopy=False)
-        knobs = [
-            tuple(t.user_attrs[k] for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")) for t in trials
-        ]
+        knobs = [knobs_of(t) for t in storage.get_all_trials(s._study_id, deepcopy=False)]
         assert len(knobs) == len(set(knobs)) <= 10, s.study_name  # no configuration measured twice
 
 
@@ -547,9 +545,7 @@ def test_keys_raced_before_the_model_settled_get_a_second_look_within_their_budg
         look = s.user_attrs.get("second_look")
         assert (look is not None) == (s in early), s.study_name
         trials = storage.get_all_trials(s._study_id, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        knobs = [
-            tuple(t.user_attrs[k] for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")) for t in trials
-        ]
+        knobs = [knobs_of(t) for t in trials]
         assert len(knobs) == len(set(knobs)) == 16  # none measured twice
         if look is not None:
             assert look["trials"] == plan.second_look and look["model_keys"] >= plan.settled_keys
@@ -625,12 +621,15 @@ def test_the_learner_reads_again_only_the_studies_that_changed(swept, tmp_path: 
     """A sweep's learner refits after every key on every measurement in the storage; it reads a study's trials
     again only where the study's attributes changed (a race's heartbeat before each measurement, its samples at
     its end), and what it reads is ``measurements``: the same cases in the same order."""
-    import shutil
+    import sqlite3
 
     from tuner.learning import StoredMeasurements, measurements
 
     tmp, _, _ = swept
-    shutil.copy(tmp / "studies.db", tmp_path / "studies.db")  # the fixture's storage stays as the sweep left it
+    # the fixture's storage stays as the sweep left it: copied whole by SQLite's backup (the file alone misses
+    # what its write-ahead log has not checkpointed yet)
+    with sqlite3.connect(tmp / "studies.db") as src, sqlite3.connect(tmp_path / "studies.db") as dst:
+        src.backup(dst)
     storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
     reads: list[int] = []
 
@@ -656,16 +655,16 @@ def test_the_learner_reads_again_only_the_studies_that_changed(swept, tmp_path: 
     a = study.user_attrs["key"]
     key = StudyKey(SOC.name, Variant(a["dtype"], a["reduction"], a["weight"]), int(a["size"]))
     loaded = optuna.load_study(study_name=study.study_name, storage=storage)
-    knobs = {"block_bytes": 512, "buffer_num": 1, "tile_bytes": 1536, "core_num": 7}  # a configuration no race took
-    assert all(t.user_attrs.get("core_num") != 7 for t in loaded.trials)
+    knobs = {"config": [512, 1, 1536, 7]}  # a configuration no race took
+    assert all(knobs_of(t)[3] != 7 for t in loaded.trials)
     template = loaded.trials[0]
     loaded.set_user_attr("heartbeat", time.time())  # as a race does before it measures
     loaded.add_trial(optuna.trial.create_trial(params=template.params, distributions=template.distributions,
-                                               value=9.0, user_attrs=knobs | {"median_us": 9.0}))  # fmt: skip
+                                               value=9.0, user_attrs=knobs))  # fmt: skip
     loaded.set_user_attr("race", study.user_attrs.get("race", {}) | {"512/1/1536/7": [9.0, 9.2, 8.8]})
     again = stored.read()
     assert reads == [study._study_id]  # only the study that changed
     assert cases(again) == cases(measurements(storage, SOC, backend)) and len(again) == len(first) + 1
     (new,) = [m for m in again if m.launches[0].params.core_num == 7]
     assert new.key == study.study_name and new.measured_us == 9.0  # the race's samples' median
-    assert compute_tiling([key.size], key.variant, TilingParams(**knobs), SOC) == new.launches[0]
+    assert compute_tiling([key.size], key.variant, TilingParams(*knobs["config"]), SOC) == new.launches[0]

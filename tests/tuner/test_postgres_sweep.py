@@ -16,6 +16,8 @@ import optuna
 import pytest
 import sqlalchemy
 
+from tuner.trial_attrs import knobs_of
+
 URL = os.environ.get("BCETUNE_TEST_POSTGRES")
 pytestmark = [
     pytest.mark.database,
@@ -92,9 +94,7 @@ def test_two_workers_share_the_studies_and_match_one_worker(database: str, tmp_p
         assert 10 <= len(done) <= 11, s.study_name  # the MaxTrials stop overshoots by at most one per extra worker
         assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL))
         measured = [t for t in done if "duplicate_of" not in t.user_attrs]
-        configs = [
-            tuple(t.user_attrs[k] for k in ("block_bytes", "buffer_num", "tile_bytes", "core_num")) for t in measured
-        ]
+        configs = [knobs_of(t) for t in measured]
         # a configuration is timed again only when both workers proposed it at the same moment
         assert len(configs) - len(set(configs)) <= 1, s.study_name
     storage.remove_session()

@@ -21,6 +21,7 @@ from tuner.key import StudyKey
 from tuner.storage import open_storage
 from tuner.study import tune
 from tuner.sweep import run_sweep, sweep_keys
+from tuner.trial_attrs import knobs_of, measurement_of
 from tuner.trial_space import TrialSpace
 
 pytestmark = pytest.mark.slow  # the tuner's CLI: sweeps, merges, rebaselines in subprocesses
@@ -248,11 +249,9 @@ def test_ties_go_to_double_buffering_then_larger_tiles_then_more_cores() -> None
     ]
     for value, bn, tile, cores in rows:
         trial = study.ask()
-        for k, v in {"block_bytes": 512, "buffer_num": bn, "tile_bytes": tile, "core_num": cores}.items():
-            trial.set_user_attr(k, v)
+        trial.set_user_attr("config", [512, bn, tile, cores])
         study.tell(trial, value)
-    best = best_trial(study)
-    assert (best.user_attrs["buffer_num"], best.user_attrs["tile_bytes"], best.user_attrs["core_num"]) == (2, 32768, 40)
+    assert knobs_of(best_trial(study)) == (512, 2, 32768, 40)
 
 
 def test_protocol_rejects_outliers_and_reports_median_and_iqr() -> None:
@@ -274,7 +273,7 @@ def test_noisy_backend_gets_the_protocol_and_still_finds_a_near_best_tiling(stor
     e = tune(key, backend, storage, trials=16, protocol=protocol, strategy="tpe")
     study = optuna.load_study(study_name=key.study_name("model"), storage=storage)
     measured = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
-    assert all(len(t.user_attrs["samples"]) == 5 for t in measured)  # every sample stored with its trial
+    assert all(len(measurement_of(t).samples) == 5 for t in measured)  # every sample stored with its trial
     confirm = study.user_attrs["confirm"]
     assert len(confirm) == 3 and all(len(c["samples"]) == 2 * 5 for c in confirm.values())
     assert e.spread_us > 0
