@@ -51,6 +51,23 @@ def align_class(tile_bytes: int) -> int:
     return c
 
 
+def block_classes(block_bytes: np.ndarray) -> np.ndarray:
+    """``block_class`` of every block (int64): what a search's whole space is classed by, without a loop."""
+    b = np.maximum(np.asarray(block_bytes, dtype=np.int64), 1)
+    exps: np.ndarray = np.frexp(b.astype(np.float64))[1].astype(np.int64) - 1  # floor(log2(b)), exact below 2**53
+    out: np.ndarray = np.minimum(exps, BLOCK_CLASSES - 1)
+    return out
+
+
+def align_classes(tile_bytes: np.ndarray) -> np.ndarray:
+    """``align_class`` of every tile (int64)."""
+    t = np.asarray(tile_bytes, dtype=np.int64)
+    c = np.zeros(t.shape, dtype=np.int64)
+    for k in range(1, ALIGN_CLASSES):  # each grain divides the tile only if the one below does
+        c += (t % (GM_ALIGN_BYTES << k) == 0) & (c == k - 1)
+    return c
+
+
 def buffer_class(buffer_num: int) -> int:
     return min(max(int(buffer_num), 0), BUFFER_CLASSES - 1)
 

@@ -26,7 +26,7 @@ import numpy as np
 import optuna
 
 from tiling_model import TilingData, TilingParams, compute_tiling
-from tiling_model.correction import align_class, block_class
+from tiling_model.correction import align_class, align_classes, block_classes
 from tiling_model.space import ScoredSpace, score_space
 from tuner.backends import Backend
 from tuner.learning import DeviceModel
@@ -119,18 +119,17 @@ class KeyModel:
         s = self.scored
         cores = space.soc.aiv_cores
         self.classes = [
-            np.array([block_class(int(b)) for b in s.block_bytes]),
+            block_classes(s.block_bytes),
             s.buffer_num.astype(np.int64),
-            np.array([align_class(int(t)) for t in s.tile_bytes]),
+            align_classes(s.tile_bytes),
             s.core_num.astype(np.int64),
         ]
         self.offsets = [0, 16, 21, 25]
         self.width = 25 + cores + 1
         self.log_pred = self.base.copy()
-        self.index: dict[tuple[int, ...], int] = {
-            (int(s.block_bytes[i]), int(s.buffer_num[i]), int(s.tile_bytes[i]), int(s.core_num[i])): i
-            for i in range(len(s))
-        }
+        cols = (s.block_bytes, s.buffer_num, s.tile_bytes, s.core_num)
+        knobs = zip(*(c.tolist() for c in cols), strict=True)
+        self.index: dict[tuple[int, ...], int] = {k: i for i, k in enumerate(knobs)}
 
     def row(self, i: int) -> np.ndarray:
         x = np.zeros(self.width)

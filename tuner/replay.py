@@ -22,7 +22,7 @@ import optuna
 
 from model_tools.calibrate import CalibrationError, fit_device, record_case, record_documents
 from tiling_model import SocProfile, TilingData, Variant, compute_tiling, load_soc, predict
-from tiling_model.correction import align_class, block_class
+from tiling_model.correction import align_class, align_classes, block_class, block_classes
 from tiling_model.space import score_space
 from tuner.key import StudyKey
 from tuner.learning import Learner
@@ -89,8 +89,8 @@ def _features(k: tuple[int, int, int, int]) -> np.ndarray:
 
 
 def _features_cols(block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray) -> np.ndarray:
-    b = np.array([block_class(int(x)) for x in block], dtype=float)
-    a = np.array([align_class(int(x)) for x in tile], dtype=float) + tile / 8192.0
+    b = block_classes(block).astype(float)
+    a = align_classes(tile).astype(float) + tile / 8192.0
     return np.stack([b, 2.0 * bn, a, cores / 8.0], axis=1)
 
 

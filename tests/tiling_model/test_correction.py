@@ -10,9 +10,19 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tiling_model import TilingParams, Variant, compute_tiling, load_soc, predict
-from tiling_model.correction import CORE_CLASSES, KnobCorrection, fit_correction
+from tiling_model.correction import (
+    CORE_CLASSES,
+    KnobCorrection,
+    align_class,
+    align_classes,
+    block_class,
+    block_classes,
+    fit_correction,
+)
 from tiling_model.soc import profile_from_json, profile_to_json
 
 
@@ -87,3 +97,13 @@ def test_a_profile_document_is_its_own_copy() -> None:
     doc["sources"]["hbm_gbps"] = "fitted on a device"
     doc["calibration"]["intervals"]["all"][0] = 0.0
     assert json.dumps(profile_to_json(load_soc("Ascend910B2")), sort_keys=True) == before
+
+
+@given(st.lists(st.integers(0, 1 << 40), min_size=1, max_size=50))
+def test_the_classes_of_a_whole_space_are_each_configurations_own(values: list[int]) -> None:
+    """A race classes its key's whole space at once (block_classes, align_classes): the same classes as one
+    at a time, at every power of two and next to it."""
+    edges = [v for e in range(41) for v in ((1 << e) - 1, 1 << e, (1 << e) + 1, 512 * ((1 << e) + 1))]
+    x = np.array(values + edges, dtype=np.int64)
+    assert block_classes(x).tolist() == [block_class(int(v)) for v in x]
+    assert align_classes(x).tolist() == [align_class(int(v)) for v in x]
