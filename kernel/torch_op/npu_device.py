@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from kernel.torch_op.tilings import CACHE_SIZE, resolved, tables_dir
+from kernel.torch_op.tilings import CACHE_SIZE, on_reload, resolved, tables_dir
 
 
 class _NpuState:
@@ -72,6 +72,9 @@ def clear_device_tilings() -> None:
     """Drop the extension's device buffers (with the host cache: ``reload_tables``)."""
     if _npu.ext is not None:
         _npu.ext.clear_tilings()
+
+
+on_reload(clear_device_tilings)
 
 
 if "torch_npu" in sys.modules:  # an NPU user: make the op's NPU kernel available as soon as we load

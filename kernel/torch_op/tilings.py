@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,14 +89,23 @@ def resolved(
     return OpTiling(soc, r.source, r.tiling, r.provenance, prepared, round(us, 4), interval(r.tiling, r.profile, us))
 
 
+#: What else holds tilings and forgets them with the host cache (the NPU extension's device buffers, registered
+#: by ``npu_device`` as it loads: this module does not import it).
+_ON_RELOAD: list[Callable[[], None]] = []
+
+
+def on_reload(forget: Callable[[], None]) -> None:
+    """Have ``reload_tables`` call ``forget`` too."""
+    _ON_RELOAD.append(forget)
+
+
 def reload_tables() -> None:
     """Forget the loaded tables and every cached tiling (after editing a tables directory in place);
     the NPU extension's device buffers too."""
-    from kernel.torch_op.npu_device import clear_device_tilings  # (it imports this module)
-
     resolved.cache_clear()
     _resolver.cache_clear()
-    clear_device_tilings()
+    for forget in _ON_RELOAD:
+        forget()
 
 
 def cache_info() -> functools._CacheInfo:

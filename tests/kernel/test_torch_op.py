@@ -392,6 +392,21 @@ def test_torch_compile_puts_the_operator_in_the_backward_graph() -> None:
 # --- tilings ------------------------------------------------------------------------------------------
 
 
+def test_reloading_the_tables_forgets_what_the_npu_extension_holds_too() -> None:
+    """The NPU extension's device buffers are forgotten with the host cache (registered by npu_device as it
+    loads, which tilings does not import)."""
+    from kernel.torch_op import npu_device, tilings
+
+    assert npu_device.clear_device_tilings in tilings._ON_RELOAD
+    forgot: list[int] = []
+    tilings.on_reload(lambda: forgot.append(1))
+    try:
+        torch_op.reload_tables()
+    finally:
+        tilings._ON_RELOAD.pop()
+    assert forgot == [1]
+
+
 def test_the_tiling_is_resolved_once_per_kind_of_call_and_explained() -> None:
     torch_op.reload_tables()
     x = torch.randn(8, 1024, requires_grad=True)
