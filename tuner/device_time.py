@@ -84,6 +84,12 @@ REFIT_S = 0.36
 REFIT_S_PER_KEY = 0.002
 
 
+#: A raced trial's time in the storage on PostgreSQL (a sweep's workers share one): its insert, the heartbeat
+#: before it and its share of the reads, from ``python benchmarks/trial_writes.py --postgres URL`` on the 2-core
+#: VM of the benchmarks (12 keys at 20 trials: 23.8 ms; 11.5 ms on a SQLite file, which one worker alone uses).
+STORAGE_S_PER_TRIAL = 0.024
+
+
 def refits_seconds(keys: int) -> float:
     """The host's seconds in the learner's refits over a sweep of ``keys`` keys (one after each; several workers
     share them, each refitting after its own keys)."""

@@ -418,7 +418,7 @@ SWEEP_TRIALS = 20
 
 def plan_lines(soc: str, trials: int = SWEEP_TRIALS, devices: int = 1) -> list[str]:
     """What a sweep on this device will do, and what it will cost (the shipped table's keys)."""
-    from tuner.device_time import REFIT_S, REFIT_S_PER_KEY, estimate, refits_seconds
+    from tuner.device_time import REFIT_S, REFIT_S_PER_KEY, STORAGE_S_PER_TRIAL, estimate, refits_seconds
     from tuner.protocol import MeasurementProtocol
     from tuner.race import RacePlan
     from tuner.sweep import sweep_keys
@@ -441,7 +441,9 @@ def plan_lines(soc: str, trials: int = SWEEP_TRIALS, devices: int = 1) -> list[s
         f"  device time: {cost.text()}, about {per_device / 3600:.1f} h per device with {devices} device(s)",
         f"  host time in the refits: about {refits_seconds(len(keys)) / 60:.0f} min in all, shared by the workers "
         f"(each about {REFIT_S + REFIT_S_PER_KEY * len(keys):.1f} s by the last key on a 2-core host: "
-        "benchmarks/learner_cost.py), beside the storage's writes and the gate",
+        "benchmarks/learner_cost.py); in the storage about "
+        f"{len(keys) * trials * STORAGE_S_PER_TRIAL / 60:.0f} min ({len(keys) * trials} trials, "
+        f"~{1000 * STORAGE_S_PER_TRIAL:.0f} ms each on PostgreSQL: benchmarks/trial_writes.py); then the gate",
     ]
 
 

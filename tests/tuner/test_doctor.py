@@ -89,10 +89,12 @@ def test_the_plan_says_what_a_device_sweep_will_do_and_cost() -> None:
     out = proc.stdout
     assert "--backend npu" in out and "--device N" in out and "924 keys" in out and "refitted" in out
     assert "s of device time" in out and "h per device" in out
-    from tuner.device_time import REFIT_S, REFIT_S_PER_KEY, refits_seconds
+    from tuner.device_time import REFIT_S, REFIT_S_PER_KEY, STORAGE_S_PER_TRIAL, refits_seconds
 
     assert f"about {refits_seconds(924) / 60:.0f} min in all" in out  # the sum of each refit's cost as keys accrue
     assert refits_seconds(2) == 2 * REFIT_S + 3 * REFIT_S_PER_KEY
+    # every trial of every key once in the storage (a second look's are the key's own)
+    assert f"in the storage about {924 * 20 * STORAGE_S_PER_TRIAL / 60:.0f} min (18480 trials" in out
 
 
 def test_the_torch_operator_checks_pass_on_the_cpu_and_catch_a_wrong_gradient(monkeypatch) -> None:  # noqa: ANN001
