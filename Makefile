@@ -86,7 +86,7 @@ sweep: $(SWEEP_SOCS)
 	$(PY) -m tuner export-header
 
 $(SWEEP_SOCS): sweep-%: $(STAMP)
-	$(PY) -m tuner sweep --soc $* --trials 12 --pos-weights none,full,last_dim --wrts logit,probability \
+	$(PY) -m tuner sweep --soc $* --strategy exact --pos-weights none,full,last_dim --wrts logit,probability \
 		--modes grad,fused --storage sqlite:///bcetune-sweep-$*.db --out service/tables/$*.json
 
 # Re-check the shipped tables against the current kernel sources in the CPU twin (no re-tuning), then

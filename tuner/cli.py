@@ -27,7 +27,7 @@ from tuner.race import SECOND_LOOK, RacePlan
 from tuner.records import RecordLog
 from tuner.report import write_report
 from tuner.storage import DEFAULT_STORAGE, open_storage
-from tuner.study import requirement_tiling
+from tuner.study import EXACT_TRIALS, MODEL_SEEDS, requirement_tiling
 from tuner.sweep import (
     DEFAULT_SIZES,
     DEFAULT_TRIALS,
@@ -92,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel modes: grad (BinaryCrossEntropyGrad), fused (BCEWithLogits' loss and gradient); grad,fused",
     )  # fmt: skip
     s.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), help="element counts to tune at")
-    s.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, help="completed trials per study")
+    s.add_argument(
+        "--trials", type=positive_int, default=None,
+        help=f"completed trials per study (default {DEFAULT_TRIALS}; --strategy exact has none to set)",
+    )  # fmt: skip
     s.add_argument(
         "--explore", type=_non_negative, default=0, metavar="K",
         help="timed backends: also tune K sizes between the keys that teach the device model most (they ship as "
@@ -109,9 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--strategy",
         default="auto",
-        choices=("auto", "race", "tpe"),
-        help="per key: race (timed backends' default: the learnt device model's candidates raced under noise) "
-        "or tpe (the model backend's: model-seeded TPE)",
+        choices=("auto", "race", "tpe", "exact"),
+        help="per key: race (timed backends' default: the learnt device model's candidates raced under noise), "
+        "tpe (the model backend's: model-seeded TPE) or exact (a deterministic backend: the default and the "
+        "model's 3 best measured once, the fastest or the most robust of those tied: what TPE's trials confirm "
+        "there; how make sweep makes the shipped tables)",
     )
     s.add_argument(
         "--no-learn",
@@ -302,6 +307,19 @@ def _table_of(soc: str, given: Path | None) -> tuple[Path, TuningTable]:
     return path, table
 
 
+def _check_exact(args: argparse.Namespace, deterministic: bool) -> None:
+    """--strategy exact: a deterministic backend, and none of the flags that set a search's trials."""
+    if not deterministic:
+        raise ValueError(f"--strategy exact measures each configuration once, and the {args.backend} backend is "
+                         "noisy (with --noise, or a real clock): one sample is not its truth")  # fmt: skip
+    given = [flag for flag, value in (("--trials", args.trials), ("--patience", args.patience or None),
+                                      ("--confirm-top", args.confirm_top), ("--explore", args.explore or None))
+             if value is not None]  # fmt: skip
+    if given:
+        raise ValueError(f"{', '.join(given)}: --strategy exact runs no search to set them (the default and the "
+                         f"model's {MODEL_SEEDS} best, each measured once)")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:  # its own flags (tuner/doctor.py)
@@ -366,22 +384,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.soc, args.dtypes, args.reductions, args.weights, args.sizes, args.pos_weights, args.wrts, args.modes
     )
     try:
-        storage = open_storage(args.storage)
         start = time.perf_counter()
         backend = make_backend(
             args.backend, args.noise, args.outlier_rate, args.seed, args.soc, args.device, args.device_shape
         )
         racing, why = races(args.strategy, backend.deterministic, not args.no_learn and not backend.deterministic)
+        search = "the model's exact pick" if args.strategy == "exact" else "TPE"
+        if args.strategy == "exact":
+            _check_exact(args, backend.deterministic)
         confirm_top = MeasurementProtocol.confirm_top if args.confirm_top is None else args.confirm_top
         protocol = MeasurementProtocol(warmup=args.warmup, repeats=args.repeats, confirm_top=confirm_top)
         records = RecordLog(args.records) if args.records else None
         if args.patience < 0:
             raise ValueError("patience must be >= 0")
         if args.stop_early and not racing:
-            raise ValueError(f"--stop-early stops the race, and this sweep searches by TPE ({why}); TPE "
-                             "stops with --patience")  # fmt: skip
+            raise ValueError(f"--stop-early stops the race, and this sweep searches by {search} ({why})"
+                             + ("; TPE stops with --patience" if search == "TPE" else ""))  # fmt: skip
         if args.second_look != SECOND_LOOK and not racing:
-            raise ValueError(f"--second-look is the race's, and this sweep searches by TPE ({why}); TPE has none")
+            raise ValueError(f"--second-look is the race's, and this sweep searches by {search} ({why})"
+                             + ("; TPE has none" if search == "TPE" else ""))  # fmt: skip
         if args.confirm_top is not None and racing:
             raise ValueError(
                 "--confirm-top is TPE's (its fastest trials measured again before a winner is named); the race "
@@ -389,7 +410,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.strategy == "race" and not racing:
             raise ValueError(f"--strategy race races the learnt device model's candidates, and {why}")
-        trials = shared_trials(args.trials, len(keys), args.explore)
+        trials = EXACT_TRIALS if args.strategy == "exact" else shared_trials(args.trials or DEFAULT_TRIALS,
+                                                                              len(keys), args.explore)  # fmt: skip
         explore = {"explore": args.explore} if args.explore else {}  # (studies of sweeps without it resume)
         settings = sweep_settings(
             trials, args.backend, noise=args.noise, outlier_rate=args.outlier_rate, seed=args.seed, **explore,
@@ -400,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
         outcome = SweepRun()
         gated = None if args.gate_all else GatePasses.of(_existing_table(out))
+        storage = open_storage(args.storage)  # (after every check: a refused run leaves no new file)
         table = run_sweep(
             keys, backend, storage, trials, out, not args.no_progress, protocol, args.patience, records,
             learn=False if args.no_learn else None, strategy=args.strategy, settings=settings,

@@ -49,6 +49,8 @@ from tuner.trial_space import TrialSpace
 
 #: The model's best configurations enqueued as the first trials after the seed default.
 MODEL_SEEDS = 3
+#: The most configurations --strategy exact measures for a key (the default and the model's MODEL_SEEDS best).
+EXACT_TRIALS = MODEL_SEEDS + 1
 
 
 class InvalidConfiguration(InvalidTiling):
@@ -149,11 +151,11 @@ def _objective(  # noqa: ANN202
     return objective
 
 
-def robust_order(trial: optuna.trial.FrozenTrial) -> tuple[int, int, int, int]:
+def robust_order(knobs: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
     """How ties are resolved, toward where a model or timing error costs least on real hardware:
     double buffering first (buffer_num >= 2, fewest such), then larger tiles (few fixed DMA
     costs), then more cores (bandwidth headroom)."""
-    _, bn, tile, cores = _params_of(trial)
+    _, bn, tile, cores = knobs
     return (bn < 2, bn, -tile, -cores)
 
 
@@ -203,7 +205,7 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
         pool = seeded if all(value_of(t) >= best_seeded * 0.999 for t in done) else done
     fastest = min(value_of(t) for t in pool)
     tied = [t for t in pool if value_of(t) <= fastest * 1.001]
-    return min(tied, key=lambda t: (*robust_order(t), value_of(t), t.number))
+    return min(tied, key=lambda t: (*robust_order(_params_of(t)), value_of(t), t.number))
 
 
 def value_of(trial: optuna.trial.FrozenTrial) -> float:
@@ -229,7 +231,7 @@ def confirm_winner(
     study.set_user_attr("confirm", {str(t.number): m.as_attrs() for t, m in zip(top, ms, strict=True)})
     fastest = min(ms, key=lambda m: m.median_us)
     tied = [(t, m) for t, m in zip(top, ms, strict=True) if statistically_tied(m, fastest)]
-    winner, wm = min(tied, key=lambda tm: (*robust_order(tm[0]), tm[1].median_us, tm[0].number))
+    winner, wm = min(tied, key=lambda tm: (*robust_order(_params_of(tm[0])), tm[1].median_us, tm[0].number))
     return winner, wm.median_us, wm.iqr_us
 
 
@@ -314,8 +316,10 @@ def tune(
         return _tune_race(
             key, backend, storage, trials, protocol or MeasurementProtocol(), records, model, plan, settings
         )
+    if strategy == "exact":
+        return _tune_exact(key, backend, storage, protocol or MeasurementProtocol(), records, settings)
     if strategy != "tpe":
-        raise ValueError(f"unknown strategy {strategy!r}: race or tpe")
+        raise ValueError(f"unknown strategy {strategy!r}: race, tpe or exact")
     protocol = protocol or MeasurementProtocol()
     soc = load_soc(key.soc)
     space = TrialSpace(soc, key.variant)
@@ -362,6 +366,66 @@ def tune(
         trials=len(counted_trials(study)),
         spread_us=round(spread_us, 4),
     )
+
+
+def _tune_exact(
+    key: StudyKey,
+    backend: Backend,
+    storage: optuna.storages.BaseStorage | str,
+    protocol: MeasurementProtocol,
+    records: RecordLog | None,
+    settings: dict[str, object] | None,
+) -> TableEntry:
+    """A deterministic backend's key: the configurations TPE is seeded with (the default and the model's
+    MODEL_SEEDS best, the whole space scored at once) measured once each, the pick by ``best_trial``'s rule
+    (the fastest; those within 0.1% of it by ``robust_order``). On the model backend TPE never beat these seeds
+    (all 7,590 entries of the five tables it made, the same knobs and times), so its trials only confirmed them.
+    Stored as the study's ``entry`` with its measurements as trials: a resumed sweep reads it back."""
+    if not backend.deterministic:
+        raise ValueError(f"--strategy exact measures each configuration once: the {backend.name} backend is noisy, "
+                         "and one sample is not its truth (race or tpe)")  # fmt: skip
+    soc = load_soc(key.soc)
+    space = TrialSpace(soc, key.variant)
+    name = key.study_name(backend.name)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, direction="minimize")
+        study.set_user_attr("key", key_attrs(key))
+        study.set_user_attr("strategy", "exact")
+        if settings is not None:
+            study.set_user_attr("sweep", settings)
+    except optuna.exceptions.DuplicatedStudyError:  # resumed, or another worker's: the same answer either way
+        study = optuna.load_study(study_name=name, storage=storage)
+        if "entry" in study.user_attrs:
+            return entry_from_attrs(key, study.user_attrs["entry"])
+    dists = space.distributions()
+    measured: dict[tuple[int, int, int, int], float] = {}  # in seed order (the default may be a model pick)
+    for point in [space.default_point(), *space.model_best_points(key.size, MODEL_SEEDS)]:
+        t = compute_tiling([key.size], key.variant, space.params_of(point), soc)
+        knobs = (t.params.block_bytes, t.params.buffer_num, t.params.tile_bytes, t.params.core_num)
+        if knobs in measured:
+            continue
+        predicted = predict(t, soc)
+        m = measure(backend, t, protocol)
+        study.add_trial(optuna.trial.create_trial(params=point, distributions=dists, value=m.median_us,
+                                                  user_attrs=trial_attrs(knobs, m, predicted)))  # fmt: skip
+        if records is not None:
+            records.write(key, backend.name, t, m, predicted)
+        measured[knobs] = m.median_us
+    fastest = min(measured.values())
+    order = list(measured)
+    tied = [k for k, us in measured.items() if us <= fastest * 1.001]
+    pick = min(tied, key=lambda k: (*robust_order(k), measured[k], order.index(k)))
+    entry = TableEntry(
+        variant=key.variant,
+        size=key.size,
+        params=dict(zip(KNOB_NAMES, pick, strict=True)),
+        tuned_us=round(measured[pick], 4),
+        seed_default_us=round(measure(backend, seed_default_tiling(key, soc), protocol).median_us, 4),
+        trials=len(measured),
+        spread_us=0.0,
+    )
+    study.set_user_attr("entry", entry.to_json())
+    return entry
 
 
 #: A race's worker that has not measured for this long is taken to be gone: another takes its key over
