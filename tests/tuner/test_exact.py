@@ -70,6 +70,27 @@ def test_an_exact_key_is_stored_with_its_measurements_and_read_back_without_meas
     assert again == first and backend.samples == first.trials + 1  # nothing measured again
 
 
+def test_a_stopped_exact_key_resumes_from_what_it_measured(tmp_path: Path) -> None:
+    from tiling_model import MeasurementError
+
+    class StopsAfter(Counting):  # a worker stopped before the seed default's measurement: no entry stored
+        def sample(self, tiling):  # type: ignore[no-untyped-def,override]
+            if self.samples == whole.trials:
+                raise MeasurementError("stopped")
+            return super().sample(tiling)
+
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    key = KEYS[1]
+    whole = tune(key, ModelBackend(), optuna.storages.InMemoryStorage(), 1, strategy="exact")
+    with pytest.raises(MeasurementError):
+        tune(key, StopsAfter(), storage, 1, strategy="exact")
+    study = optuna.load_study(study_name=key.study_name("model"), storage=storage)
+    assert "entry" not in study.user_attrs and len(study.trials) == whole.trials
+    backend = Counting()
+    assert tune(key, backend, storage, 1, strategy="exact") == whole
+    assert backend.samples == 1 and len(study.trials) == whole.trials  # the seed default only; no trial twice
+
+
 def test_exact_is_refused_where_one_sample_is_not_the_truth(storage) -> None:
     with pytest.raises(ValueError, match="exact measures each configuration once"):
         tune(KEYS[0], ModelBackend(noise=0.02, seed=1), storage, 4, strategy="exact")
