@@ -203,9 +203,16 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     if seeded:
         best_seeded = min(value_of(t) for t in seeded)
         pool = seeded if all(value_of(t) >= best_seeded * 0.999 for t in done) else done
-    fastest = min(value_of(t) for t in pool)
-    tied = [t for t in pool if value_of(t) <= fastest * 1.001]
-    return min(tied, key=lambda t: (*robust_order(_params_of(t)), value_of(t), t.number))
+    chosen = robust_pick([(_params_of(t), value_of(t)) for t in pool])
+    return pool[chosen]
+
+
+def robust_pick(candidates: list[tuple[tuple[int, int, int, int], float]]) -> int:
+    """The index of the (knobs, time) to keep: those within 0.1% of the fastest are tied and resolved by
+    ``robust_order``, then the faster, then the earlier."""
+    fastest = min(us for _, us in candidates)
+    tied = [i for i, (_, us) in enumerate(candidates) if us <= fastest * 1.001]
+    return min(tied, key=lambda i: (*robust_order(candidates[i][0]), candidates[i][1], i))
 
 
 def value_of(trial: optuna.trial.FrozenTrial) -> float:
@@ -419,10 +426,7 @@ def _tune_exact(
         if records is not None:
             records.write(key, backend.name, t, m, predicted)
         measured[knobs] = m.median_us
-    fastest = min(measured.values())
-    order = list(measured)
-    tied = [k for k, us in measured.items() if us <= fastest * 1.001]
-    pick = min(tied, key=lambda k: (*robust_order(k), measured[k], order.index(k)))
+    pick = list(measured)[robust_pick(list(measured.items()))]
     entry = TableEntry(
         variant=key.variant,
         size=key.size,

@@ -247,7 +247,7 @@ class SweepRun:
 
 def races(strategy: str, deterministic: bool, learn: bool) -> tuple[bool, str]:
     """Whether a sweep races its keys (a race runs on the learnt device model: ``strategy`` race, or auto on a
-    timed backend), and why not where it does not (the rest search by TPE)."""
+    timed backend), and why not where it does not (the rest search by TPE, or take the exact pick)."""
     if not learn:
         return False, ("the backend is deterministic: one sample is the whole truth and there is no device to learn"
                        if deterministic else "--no-learn: no device model to race on")  # fmt: skip
