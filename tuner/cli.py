@@ -113,10 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--strategy",
         default="auto",
         choices=("auto", "race", "tpe", "exact"),
-        help="per key: race (timed backends' default: the learnt device model's candidates raced under noise), "
-        "tpe (the model backend's: model-seeded TPE) or exact (a deterministic backend: the default and the "
-        "model's 3 best measured once, the fastest or the most robust of those tied: what TPE's trials confirm "
-        "there; how make sweep makes the shipped tables)",
+        help="per key: race (the learnt device model's candidates raced under noise), tpe (model-seeded TPE) or "
+        "exact (a deterministic backend: the default and the model's 3 best measured once, the fastest or the most "
+        "robust of those tied: what TPE's trials confirm there; the shipped tables). auto: race on a timed "
+        "backend, exact on a deterministic one, tpe there if --trials, --patience, --confirm-top or --explore is given",
     )
     s.add_argument(
         "--no-learn",
@@ -307,14 +307,28 @@ def _table_of(soc: str, given: Path | None) -> tuple[Path, TuningTable]:
     return path, table
 
 
+def _search_flags(args: argparse.Namespace) -> list[str]:
+    """The flags given that set a search's trials (what --strategy exact has none of)."""
+    return [flag for flag, value in (("--trials", args.trials), ("--patience", args.patience or None),
+                                     ("--confirm-top", args.confirm_top), ("--explore", args.explore or None))
+            if value is not None]  # fmt: skip
+
+
+def _strategy(args: argparse.Namespace, deterministic: bool) -> str:
+    """--strategy as run: auto is exact on a deterministic backend where no flag asks for a search (TPE's trials
+    there confirm the exact pick: the same entries, at a third of the measurements), TPE where one does, the race
+    on a timed backend (tuner.sweep.races)."""
+    if args.strategy == "auto" and deterministic and not _search_flags(args):
+        return "exact"
+    return str(args.strategy)
+
+
 def _check_exact(args: argparse.Namespace, deterministic: bool) -> None:
     """--strategy exact: a deterministic backend, and none of the flags that set a search's trials."""
     if not deterministic:
         raise ValueError(f"--strategy exact measures each configuration once, and the {args.backend} backend is "
                          "noisy (with --noise, or a real clock): one sample is not its truth")  # fmt: skip
-    given = [flag for flag, value in (("--trials", args.trials), ("--patience", args.patience or None),
-                                      ("--confirm-top", args.confirm_top), ("--explore", args.explore or None))
-             if value is not None]  # fmt: skip
+    given = _search_flags(args)
     if given:
         raise ValueError(f"{', '.join(given)}: --strategy exact runs no search to set them (the default and the "
                          f"model's {MODEL_SEEDS} best, each measured once)")  # fmt: skip
@@ -388,9 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend = make_backend(
             args.backend, args.noise, args.outlier_rate, args.seed, args.soc, args.device, args.device_shape
         )
-        racing, why = races(args.strategy, backend.deterministic, not args.no_learn and not backend.deterministic)
-        search = "the model's exact pick" if args.strategy == "exact" else "TPE"
-        if args.strategy == "exact":
+        strategy = _strategy(args, backend.deterministic)
+        racing, why = races(strategy, backend.deterministic, not args.no_learn and not backend.deterministic)
+        search = "the model's exact pick" if strategy == "exact" else "TPE"
+        if strategy == "exact":
             _check_exact(args, backend.deterministic)
         confirm_top = MeasurementProtocol.confirm_top if args.confirm_top is None else args.confirm_top
         protocol = MeasurementProtocol(warmup=args.warmup, repeats=args.repeats, confirm_top=confirm_top)
@@ -408,15 +423,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--confirm-top is TPE's (its fastest trials measured again before a winner is named); the race "
                 "measures its contenders again until one leads (--strategy tpe to use it)"
             )
-        if args.strategy == "race" and not racing:
+        if strategy == "race" and not racing:
             raise ValueError(f"--strategy race races the learnt device model's candidates, and {why}")
-        trials = EXACT_TRIALS if args.strategy == "exact" else shared_trials(args.trials or DEFAULT_TRIALS,
+        trials = EXACT_TRIALS if strategy == "exact" else shared_trials(args.trials or DEFAULT_TRIALS,
                                                                               len(keys), args.explore)  # fmt: skip
         explore = {"explore": args.explore} if args.explore else {}  # (studies of sweeps without it resume)
         settings = sweep_settings(
             trials, args.backend, noise=args.noise, outlier_rate=args.outlier_rate, seed=args.seed, **explore,
             device=args.device, warmup=args.warmup, repeats=args.repeats, confirm_top=confirm_top,
-            strategy=args.strategy, patience=args.patience, learn=not args.no_learn,
+            strategy=strategy, patience=args.patience, learn=not args.no_learn,
             **({"stop_early": True} if args.stop_early else {}),  # (studies of sweeps without it resume)
             **({"second_look": args.second_look} if args.second_look != SECOND_LOOK else {}),
         )  # fmt: skip
@@ -425,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         storage = open_storage(args.storage)  # (after every check: a refused run leaves no new file)
         table = run_sweep(
             keys, backend, storage, trials, out, not args.no_progress, protocol, args.patience, records,
-            learn=False if args.no_learn else None, strategy=args.strategy, settings=settings,
+            learn=False if args.no_learn else None, strategy=strategy, settings=settings,
             storage_text=f"--storage {args.storage}", outcome=outcome, explore=args.explore, gated=gated,
             plan=RacePlan(stop_early=args.stop_early, second_look=args.second_look),
         )  # fmt: skip

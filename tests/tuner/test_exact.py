@@ -110,3 +110,24 @@ def test_the_cli_sweeps_exact_and_refuses_the_flags_of_a_search(tmp_path: Path, 
         err = capsys.readouterr().err
         assert code == 2 and named in err and "exact" in err, (extra, err)
         assert not (tmp_path / "x").exists() and not (tmp_path / "x.db").exists()  # nothing written
+
+
+def test_auto_takes_the_exact_pick_on_a_deterministic_backend_unless_a_flag_asks_for_a_search(tmp_path: Path) -> None:
+    base = ["sweep", "--soc", "Ascend910B2", "--dtypes", "float32", "--reductions", "none", "--weights", "none",
+            "--sizes", "4096,1048576", "--no-progress"]  # fmt: skip
+    runs = {"auto": [], "auto, --trials 6": ["--trials", "6"], "exact": ["--strategy", "exact"],
+            "auto, --noise": ["--noise", "0.02"]}  # fmt: skip
+    studies = {}
+    for name, extra in runs.items():
+        db = tmp_path / f"{len(studies)}.db"
+        assert (
+            main([*base, *extra, "--storage", f"sqlite:///{db}", "--out", str(tmp_path / f"{len(studies)}.json")]) == 0
+        )
+        studies[name] = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{db}")[0],
+                                          storage=f"sqlite:///{db}")  # fmt: skip
+    settings = {name: s.user_attrs["sweep"] for name, s in studies.items()}
+    assert settings["auto"]["strategy"] == "exact" and settings["auto"]["trials"] == EXACT_TRIALS
+    assert settings["auto"] == settings["exact"]  # one sweep: the storage of either resumes the other
+    assert len(studies["auto"].trials) <= EXACT_TRIALS
+    assert settings["auto, --trials 6"]["strategy"] == "auto" and len(studies["auto, --trials 6"].trials) == 6  # TPE
+    assert settings["auto, --noise"]["strategy"] == "auto"  # a noisy backend: not exact
