@@ -8,8 +8,10 @@ the cores' boundaries fall on 512 B, how many tiles a core runs against its buff
 count. Each of those is a class of the realised tiling (``FEATURES``, each a small table of levels); the
 residual is one log factor per level, fitted by ridge regression on every measurement of a sweep with
 one free level per study key (a key's level is the hardware fit's business: the residual ranks a key's
-configurations), its penalty (and the interaction features' multiple of it) chosen by held-out keys, and
-none at all unless it predicts held-out keys better than no residual (noise alone fits factors of 1).
+configurations), its penalty (and the interaction features' multiple of it) chosen by held-out keys, then
+the features they say to leave out (a device shows some classes of effect, not all: the others' levels
+would fit its noise), and none at all unless it predicts held-out keys better than no residual (noise
+alone fits factors of 1).
 
 The features are the engine's (``tiling_model/include/bce_grad_residual.h``, read here through
 ``_engine.residual_levels``): one source. A device's profile carries its residual (``SocProfile.residual``,
@@ -86,10 +88,14 @@ class Residual:
     interaction_weight: float = 1.0  # and the interaction features' multiple of it
     held_out_rms: float = 0.0  # held-out log error with the residual (of the chosen penalty)
     held_out_rms_none: float = 0.0  # and without
+    dropped: tuple[str, ...] = ()  # the features held-out keys said to leave out (their factors 1)
 
     def __post_init__(self) -> None:
         if len(self.beta) != WIDTH or not all(math.isfinite(b) for b in self.beta):
             raise ValueError(f"a residual needs {WIDTH} finite log factors, got {len(self.beta)}")
+        unknown = sorted(set(self.dropped) - set(COLUMN))
+        if unknown:
+            raise ValueError(f"residual dropped names no feature: {unknown} (features: {sorted(COLUMN)})")
 
     @property
     def identity(self) -> bool:
@@ -112,7 +118,8 @@ class Residual:
         return {"log_factors": {name: list(self.beta[off : off + count])
                                 for (name, count), off in zip(FEATURES, OFFSETS, strict=True)},
                 "penalty": self.penalty, "interaction_weight": self.interaction_weight,
-                "held_out_rms": self.held_out_rms, "held_out_rms_none": self.held_out_rms_none}  # fmt: skip
+                "held_out_rms": self.held_out_rms, "held_out_rms_none": self.held_out_rms_none,
+                "dropped": list(self.dropped)}  # fmt: skip
 
     @classmethod
     def from_json(cls, doc: Any) -> Residual:
@@ -127,8 +134,12 @@ class Residual:
             if not isinstance(logs[name], list) or len(logs[name]) != count:
                 raise ValueError(f"residual feature {name!r} needs {count} log factors")
             beta += [float(b) for b in logs[name]]
+        dropped = doc.get("dropped", [])  # (absent before the fit chose its features)
+        if not isinstance(dropped, list) or not all(isinstance(name, str) for name in dropped):
+            raise ValueError("residual dropped must be a list of feature names")
         return cls(tuple(beta), float(doc.get("penalty", 0.0)), float(doc.get("interaction_weight", 1.0)),
-                   float(doc.get("held_out_rms", 0.0)), float(doc.get("held_out_rms_none", 0.0)))  # fmt: skip
+                   float(doc.get("held_out_rms", 0.0)), float(doc.get("held_out_rms_none", 0.0)),
+                   tuple(dropped))  # fmt: skip
 
     def factors(self, lv: np.ndarray) -> np.ndarray:
         """The factor on each configuration's prediction."""
@@ -168,7 +179,8 @@ class Residual:
                 learnt[name] = moved
         return {"penalty": self.penalty, "interaction_weight": self.interaction_weight,
                 "held_out_rms": round(self.held_out_rms, 5),
-                "held_out_rms_none": round(self.held_out_rms_none, 5), "factors": learnt}  # fmt: skip
+                "held_out_rms_none": round(self.held_out_rms_none, 5), "factors": learnt,
+                "dropped": list(self.dropped)}  # fmt: skip
 
 
 NONE = Residual()
@@ -184,7 +196,9 @@ def summary_line(summary: dict[str, Any]) -> str:
     top = ", ".join(text for _, text in sorted(moved, reverse=True)[:3])
     level = factors.get("buffer_num")  # they carry the level across keys too
     by_buffers = f"; by BUFFER_NUM (with the level across keys) {level}" if level else ""
-    return (f"{len(moved)} levels moved (largest: {top}){by_buffers}; held-out within-key log rms "
+    dropped = summary.get("dropped") or []
+    left_out = f"; left out by held-out keys: {', '.join(dropped)}" if dropped else ""
+    return (f"{len(moved)} levels moved (largest: {top}){by_buffers}{left_out}; held-out within-key log rms "
             f"{summary.get('held_out_rms')} (none: {summary.get('held_out_rms_none')}), penalty "
             f"{summary.get('penalty')} (x{summary.get('interaction_weight', 1.0)} on interactions)")  # fmt: skip
 
@@ -223,31 +237,86 @@ def _penalties(penalty: float, interaction_weight: float) -> np.ndarray:
     return out
 
 
-def _solve(gram: np.ndarray, rhs: np.ndarray, used: np.ndarray, penalty: np.ndarray) -> np.ndarray:
+def _solve(
+    gram: np.ndarray, rhs: np.ndarray, used: np.ndarray, penalty: np.ndarray, keep: np.ndarray | None = None
+) -> np.ndarray:
     """Ridge on the feature columns (``penalty`` per column), each key's level free (``_system``): the features'
-    part (0 where no case sets the level)."""
+    part (0 where no case sets the level, and on the columns ``keep`` leaves out: a feature dropped)."""
     beta = np.zeros(WIDTH)
-    beta[used] = np.linalg.solve(gram + np.diag(penalty[used]), rhs)
+    if keep is None:
+        beta[used] = np.linalg.solve(gram + np.diag(penalty[used]), rhs)
+        return beta
+    mine = np.flatnonzero(keep[used])  # the system's rows and columns of the kept features
+    if mine.size:
+        beta[used[mine]] = np.linalg.solve(gram[np.ix_(mine, mine)] + np.diag(penalty[used[mine]]), rhs[mine])
     return beta
 
 
-def _held_out_sse(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray, penalties: list[np.ndarray]) -> list[float]:
-    """Squared log error of each held-out key's configurations, relative to the key's own mean (the
-    ranking within a key is what the residual is for), by folds of whole keys, for no residual and for
-    each penalty (one system per fold, solved per penalty)."""
+@dataclass(frozen=True)
+class _Fold:
+    """One fold of whole keys: the normal equations of the others (``_system``), and its own cases."""
+
+    system: tuple[np.ndarray, np.ndarray, np.ndarray]
+    x: sparse.csr_matrix
+    y: np.ndarray
+    groups: list[np.ndarray]  # its cases by key
+
+
+def _folds(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> list[_Fold]:
+    """The held-out folds of whole keys (each system built once: every penalty and feature set tried solves it)."""
     ids = np.unique(keys)
     fold_of = {g: i % FOLDS for i, g in enumerate(ids)}
     fold = np.array([fold_of[g] for g in keys])
-    sse = [0.0] * (len(penalties) + 1)
+    out = []
     for f in range(min(FOLDS, ids.size)):
         train, test = fold != f, fold == f
-        system = _system(x[train], keys[train], y[train])
-        preds = [np.zeros(int(test.sum()))] + [x[test] @ _solve(*system, p) for p in penalties]
-        groups = rows_by_key(keys[test])
+        out.append(_Fold(_system(x[train], keys[train], y[train]), x[test], y[test], rows_by_key(keys[test])))
+    return out
+
+
+def _fold_sse(
+    folds: list[_Fold], penalties: list[np.ndarray], keep: list[np.ndarray | None] | None = None
+) -> list[float]:
+    """Squared log error of each held-out key's configurations, relative to the key's own mean (the
+    ranking within a key is what the residual is for), summed over the folds, for no residual and for
+    each penalty (with the features ``keep`` keeps, each its own; every feature where None)."""
+    kept = keep or [None] * len(penalties)
+    sse = [0.0] * (len(penalties) + 1)
+    for fold in folds:
+        preds = [np.zeros(fold.y.size)] + [
+            fold.x @ _solve(*fold.system, p, k) for p, k in zip(penalties, kept, strict=True)
+        ]
         for j, pred in enumerate(preds):
-            r = y[test] - pred
-            sse[j] += sum(float(((r[m] - r[m].mean()) ** 2).sum()) for m in groups)
+            r = fold.y - pred
+            sse[j] += sum(float(((r[m] - r[m].mean()) ** 2).sum()) for m in fold.groups)
     return sse
+
+
+def _kept(dropped: Sequence[int]) -> np.ndarray:
+    """The columns of every feature but the ``dropped`` ones (feature indices)."""
+    keep = np.ones(WIDTH, dtype=bool)
+    for j in dropped:
+        keep[OFFSETS[j] : OFFSETS[j] + FEATURES[j][1]] = False
+    return keep
+
+
+def _select(folds: list[_Fold], penalty: np.ndarray, sse: float) -> tuple[tuple[int, ...], float]:
+    """The features to drop, one at a time while the held-out keys' error falls (backward elimination: at each
+    step the feature whose removal lowers it most; ``sse``: the error with every feature), and the error without
+    them. A device shows only some classes of effect; the levels of the others fit its noise, and an argmin over
+    a whole space finds them (docs/benchmarks/untimed-sizes.md). ``buffer_num`` stays: it carries the level
+    across keys (``scaled``)."""
+    dropped: list[int] = []
+    while True:
+        candidates = [j for j, (name, _) in enumerate(FEATURES) if j not in dropped and name != "buffer_num"]
+        if not candidates:
+            return tuple(dropped), sse
+        _, *errors = _fold_sse(folds, [penalty] * len(candidates), [_kept([*dropped, j]) for j in candidates])
+        best = int(np.argmin(errors))  # (a tie: the earlier feature)
+        if errors[best] >= sse:
+            return tuple(dropped), sse
+        sse = errors[best]
+        dropped.append(candidates[best])
 
 
 def rows_by_key(keys: np.ndarray) -> list[np.ndarray]:
@@ -293,14 +362,17 @@ def _one_blas_thread() -> AbstractContextManager[object]:
 
 
 def _fit(x: sparse.csr_matrix, g: np.ndarray, y: np.ndarray, scale: float, grid: list[tuple[float, float]]) -> Residual:
-    """fit_residual's held-out choice of penalty and its fit on every case."""
-    none, *sses = _held_out_sse(x, g, y, [_penalties(p * scale, w) for p, w in grid])
+    """fit_residual's held-out choice of penalty, then of the features (``_select``), and its fit on every case."""
+    folds = _folds(x, g, y)
+    none, *sses = _fold_sse(folds, [_penalties(p * scale, w) for p, w in grid])
     tried = dict(zip(grid, sses, strict=True))
     best = min(tried, key=lambda pw: (tried[pw], -pw[0], pw[1]))  # a tie: the stronger penalty, the plainer form
-    rms = math.sqrt(tried[best] / y.size)
     rms_none = math.sqrt(none / y.size)
     if tried[best] >= none:
         return Residual(penalty=0.0, held_out_rms=rms_none, held_out_rms_none=rms_none)
     penalty, weight = best
-    beta = np.clip(_solve(*_system(x, g, y), _penalties(penalty * scale, weight)), -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
-    return Residual(tuple(float(b) for b in beta), penalty, weight, rms, rms_none)
+    dropped, sse = _select(folds, _penalties(penalty * scale, weight), tried[best])
+    beta = _solve(*_system(x, g, y), _penalties(penalty * scale, weight), _kept(dropped))
+    beta = np.clip(beta, -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
+    return Residual(tuple(float(b) for b in beta), penalty, weight, math.sqrt(sse / y.size), rms_none,
+                    tuple(FEATURES[j][0] for j in dropped))  # fmt: skip

@@ -22,7 +22,7 @@ from tiling_model.residual import (
     PENALTIES,
     WIDTH,
     Residual,
-    _held_out_sse,
+    _fold_sse,
     _penalties,
     _solve,
     _system,
@@ -120,6 +120,37 @@ def test_a_planted_effect_is_learnt_and_a_keys_level_is_not() -> None:
     assert "tile_in_page_x_buffers" in r.summary()["factors"]  # type: ignore[operator]
 
 
+def test_the_fit_leaves_out_the_features_that_fit_only_noise_and_keeps_the_planted_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Effects by the tiles per core (with the buffer count) and by the copy's place in the page: the held-out keys
+    keep those two features and leave out most of the rest (their levels would fit the noise); a feature left out
+    has factors of 1, and the held-out error the fit reports (without them) is under the grid's best (with all)."""
+    lv, keys, y = _data(8, keys=20, per_key=80, effect=0.05)
+    rng = np.random.default_rng(8)
+    tiles_effect = rng.normal(0.0, 0.03, 200)  # per tiles-per-core level, each buffer count its own
+    y = y + tiles_effect[lv[:, COL["tiles_x_buffers"]]]
+    grid_sses: list[list[float]] = []
+
+    def held_out(folds: object, penalties: list[np.ndarray], keep: object = None) -> list[float]:
+        sses = _fold_sse(folds, penalties, keep)  # type: ignore[arg-type]
+        grid_sses.append(sses)
+        return sses
+
+    monkeypatch.setattr(residual, "_fold_sse", held_out)
+    r = fit_residual(lv, keys, y)
+    assert "tiles_x_buffers" not in r.dropped and "tile_in_page_x_buffers" not in r.dropped
+    assert "buffer_num" not in r.dropped  # it carries the level across keys
+    assert len(r.dropped) >= 6, r.dropped
+    for name in r.dropped:
+        j = COL[name]
+        assert not any(r.beta[OFFSETS[j] : OFFSETS[j] + FEATURES[j][1]])
+    best_with_every = math.sqrt(min(grid_sses[0][1:]) / y.size)  # (no case left out as an outlier here)
+    assert r.held_out_rms < best_with_every < r.held_out_rms_none
+    assert Residual.from_json(json.loads(json.dumps(r.to_json()))) == r
+    assert "left out by held-out keys: " + ", ".join(r.dropped) in summary_line(r.summary())
+
+
 def test_the_penalty_and_the_interactions_weight_are_the_held_out_keys_best(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both chosen together by held-out keys: the pick is the grid's least held-out error (ties: the stronger
     penalty), and the interaction features carry the weight the fit reports."""
@@ -127,14 +158,14 @@ def test_the_penalty_and_the_interactions_weight_are_the_held_out_keys_best(monk
     y = y + 0.04 * (lv[:, COL["tile_size"]] >= 14)  # an effect by class beside the interaction's
     seen: list[tuple[list[np.ndarray], list[float]]] = []
 
-    def held_out(x: object, g: np.ndarray, yy: np.ndarray, penalties: list[np.ndarray]) -> list[float]:
-        sses = _held_out_sse(x, g, yy, penalties)  # type: ignore[arg-type]
+    def held_out(folds: object, penalties: list[np.ndarray], keep: object = None) -> list[float]:
+        sses = _fold_sse(folds, penalties, keep)  # type: ignore[arg-type]
         seen.append((penalties, sses))
         return sses
 
-    monkeypatch.setattr(residual, "_held_out_sse", held_out)
+    monkeypatch.setattr(residual, "_fold_sse", held_out)
     r = fit_residual(lv, keys, y)
-    ((penalties, (_, *sses)),) = seen
+    penalties, (_, *sses) = seen[0]  # the grid's (the features' choice follows, at the pick)
     grid = [(p, w) for w in INTERACTION_WEIGHTS for p in PENALTIES]
     assert len(set(INTERACTION_WEIGHTS)) > 1 and len(penalties) == len(grid)
     unit = penalties[0][0] / PENALTIES[0]  # the residuals' robust variance: the penalties' scale
@@ -259,6 +290,8 @@ def test_a_profile_carries_its_residual_through_json_and_its_hash() -> None:
         ([], "log_factors"),
         ({"log_factors": {"buffer_num": [0.0] * 5}}, "must name the features"),
         ({"log_factors": {name: [0.0] * (count + (name == "cores")) for name, count in FEATURES}}, "'cores' needs 65"),
+        ({"log_factors": {name: [0.0] * count for name, count in FEATURES}, "dropped": ["core"]}, "names no feature"),
+        ({"log_factors": {name: [0.0] * count for name, count in FEATURES}, "dropped": "cores"}, "list of feature"),
     ],
 )
 def test_a_bad_residual_document_is_named(doc: object, named: str) -> None:
