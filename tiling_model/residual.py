@@ -259,7 +259,15 @@ class _Fold:
     system: tuple[np.ndarray, np.ndarray, np.ndarray]
     x: sparse.csr_matrix
     y: np.ndarray
-    groups: list[np.ndarray]  # its cases by key
+    key_index: np.ndarray  # each case's key among the fold's
+    key_counts: np.ndarray  # cases per key
+
+    def sse(self, pred: np.ndarray) -> float:
+        """Squared log error of its cases, each relative to its key's mean (the ranking within a key is what the
+        residual is for): sum r^2 less each key's (sum r)^2 / cases."""
+        r = self.y - pred
+        sums = np.bincount(self.key_index, weights=r, minlength=self.key_counts.size)
+        return float(r @ r - (sums * sums / self.key_counts).sum())
 
 
 def _folds(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> list[_Fold]:
@@ -270,34 +278,55 @@ def _folds(x: sparse.csr_matrix, keys: np.ndarray, y: np.ndarray) -> list[_Fold]
     out = []
     for f in range(min(FOLDS, ids.size)):
         train, test = fold != f, fold == f
-        out.append(_Fold(_system(x[train], keys[train], y[train]), x[test], y[test], rows_by_key(keys[test])))
+        _, index, counts = np.unique(keys[test], return_inverse=True, return_counts=True)
+        out.append(_Fold(_system(x[train], keys[train], y[train]), x[test], y[test], index, counts.astype(float)))
     return out
 
 
-def _fold_sse(
-    folds: list[_Fold], penalties: list[np.ndarray], keep: list[np.ndarray | None] | None = None
-) -> list[float]:
-    """Squared log error of each held-out key's configurations, relative to the key's own mean (the
-    ranking within a key is what the residual is for), summed over the folds, for no residual and for
-    each penalty (with the features ``keep`` keeps, each its own; every feature where None)."""
-    kept = keep or [None] * len(penalties)
+def _fold_sse(folds: list[_Fold], penalties: list[np.ndarray]) -> list[float]:
+    """The held-out keys' error (``_Fold.sse``) summed over the folds, for no residual and for each penalty."""
     sse = [0.0] * (len(penalties) + 1)
     for fold in folds:
-        preds = [np.zeros(fold.y.size)] + [
-            fold.x @ _solve(*fold.system, p, k) for p, k in zip(penalties, kept, strict=True)
-        ]
-        for j, pred in enumerate(preds):
-            r = fold.y - pred
-            sse[j] += sum(float(((r[m] - r[m].mean()) ** 2).sum()) for m in fold.groups)
+        sse[0] += fold.sse(np.zeros(fold.y.size))
+        for j, p in enumerate(penalties):
+            sse[j + 1] += fold.sse(fold.x @ _solve(*fold.system, p))
     return sse
+
+
+#: Each feature column's feature (FEATURES' index).
+FEATURE_OF_COLUMN = np.repeat(np.arange(len(FEATURES)), [count for _, count in FEATURES])
 
 
 def _kept(dropped: Sequence[int]) -> np.ndarray:
     """The columns of every feature but the ``dropped`` ones (feature indices)."""
-    keep = np.ones(WIDTH, dtype=bool)
-    for j in dropped:
-        keep[OFFSETS[j] : OFFSETS[j] + FEATURES[j][1]] = False
-    return keep
+    return ~np.isin(FEATURE_OF_COLUMN, list(dropped))
+
+
+def _drop_each(
+    folds: list[_Fold], penalty: np.ndarray, dropped: Sequence[int], candidates: Sequence[int]
+) -> list[float]:
+    """The held-out keys' error with each candidate feature dropped beside ``dropped``: per fold one inverse M of the
+    kept columns' system, each candidate's solution from it (block inverse: beta_K' = beta_K' - M_K'J M_JJ^-1
+    beta_J, J its columns) rather than a solve of its own."""
+    keep = _kept(dropped)
+    sse = [0.0] * len(candidates)
+    for fold in folds:
+        gram, rhs, used = fold.system
+        mine = np.flatnonzero(keep[used])  # the kept columns' rows and columns of the system
+        m = np.linalg.inv(gram[np.ix_(mine, mine)] + np.diag(penalty[used[mine]]))
+        beta = m @ rhs[mine]
+        xk = fold.x[:, used[mine]]
+        base = xk @ beta
+        owner = FEATURE_OF_COLUMN[used[mine]]
+        for i, j in enumerate(candidates):
+            cols = np.flatnonzero(owner == j)
+            if cols.size == 0:  # no case sets its levels: dropping it changes nothing
+                sse[i] += fold.sse(base)
+                continue
+            delta = -m[:, cols] @ np.linalg.solve(m[np.ix_(cols, cols)], beta[cols])
+            delta[cols] = -beta[cols]  # (what the identity gives them, exactly)
+            sse[i] += fold.sse(base + xk @ delta)
+    return sse
 
 
 def _select(folds: list[_Fold], penalty: np.ndarray, sse: float) -> tuple[tuple[int, ...], float]:
@@ -311,7 +340,7 @@ def _select(folds: list[_Fold], penalty: np.ndarray, sse: float) -> tuple[tuple[
         candidates = [j for j, (name, _) in enumerate(FEATURES) if j not in dropped and name != "buffer_num"]
         if not candidates:
             return tuple(dropped), sse
-        _, *errors = _fold_sse(folds, [penalty] * len(candidates), [_kept([*dropped, j]) for j in candidates])
+        errors = _drop_each(folds, penalty, dropped, candidates)
         best = int(np.argmin(errors))  # (a tie: the earlier feature)
         if errors[best] >= sse:
             return tuple(dropped), sse

@@ -22,7 +22,10 @@ from tiling_model.residual import (
     PENALTIES,
     WIDTH,
     Residual,
+    _drop_each,
     _fold_sse,
+    _folds,
+    _kept,
     _penalties,
     _solve,
     _system,
@@ -132,8 +135,8 @@ def test_the_fit_leaves_out_the_features_that_fit_only_noise_and_keeps_the_plant
     y = y + tiles_effect[lv[:, COL["tiles_x_buffers"]]]
     grid_sses: list[list[float]] = []
 
-    def held_out(folds: object, penalties: list[np.ndarray], keep: object = None) -> list[float]:
-        sses = _fold_sse(folds, penalties, keep)  # type: ignore[arg-type]
+    def held_out(folds: object, penalties: list[np.ndarray]) -> list[float]:
+        sses = _fold_sse(folds, penalties)  # type: ignore[arg-type]
         grid_sses.append(sses)
         return sses
 
@@ -151,6 +154,22 @@ def test_the_fit_leaves_out_the_features_that_fit_only_noise_and_keeps_the_plant
     assert "left out by held-out keys: " + ", ".join(r.dropped) in summary_line(r.summary())
 
 
+def test_each_features_drop_from_one_inverse_is_the_solve_without_it() -> None:
+    """``_drop_each`` (each candidate's solution from one inverse per fold) equals a solve without its columns."""
+    from scipy import sparse
+
+    lv, keys, y = _data(9, keys=10, per_key=40, effect=0.05)
+    g = np.asarray(keys, dtype=object)
+    folds = _folds(sparse.csr_matrix(design(lv)), g, y)
+    penalty = _penalties(30 * 1e-4, 3.0)
+    for dropped in ((), (COL["cores"], COL["tile_size"])):
+        candidates = [j for j in range(len(FEATURES)) if j not in dropped]
+        got = _drop_each(folds, penalty, dropped, candidates)
+        want = [sum(f.sse(f.x @ _solve(*f.system, penalty, _kept([*dropped, j]))) for f in folds) for j in candidates]
+        np.testing.assert_allclose(got, want, rtol=1e-9)
+        assert len(set(np.round(want, 12))) > len(candidates) // 2  # the candidates' errors differ: a real check
+
+
 def test_the_penalty_and_the_interactions_weight_are_the_held_out_keys_best(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both chosen together by held-out keys: the pick is the grid's least held-out error (ties: the stronger
     penalty), and the interaction features carry the weight the fit reports."""
@@ -158,8 +177,8 @@ def test_the_penalty_and_the_interactions_weight_are_the_held_out_keys_best(monk
     y = y + 0.04 * (lv[:, COL["tile_size"]] >= 14)  # an effect by class beside the interaction's
     seen: list[tuple[list[np.ndarray], list[float]]] = []
 
-    def held_out(folds: object, penalties: list[np.ndarray], keep: object = None) -> list[float]:
-        sses = _fold_sse(folds, penalties, keep)  # type: ignore[arg-type]
+    def held_out(folds: object, penalties: list[np.ndarray]) -> list[float]:
+        sses = _fold_sse(folds, penalties)  # type: ignore[arg-type]
         seen.append((penalties, sses))
         return sses
 
