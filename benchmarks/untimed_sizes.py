@@ -171,7 +171,7 @@ def judge(
         moved = sum(len(v) for v in summary["factors"].values())  # type: ignore[attr-defined]
         print(f"  {label}: penalty {summary['penalty']} (x{summary['interaction_weight']} on interactions), "
               f"held-out within-key log rms {summary['held_out_rms']} (none: {summary['held_out_rms_none']}), "
-              f"{moved} levels moved")  # fmt: skip
+              f"{moved} levels moved, left out: {', '.join(summary['dropped']) or 'none'}")  # type: ignore[arg-type]  # fmt: skip
     print(f"  {'true regret':<52}{'median':>8}{'p90':>8}{'worst':>8}{'<=1%':>7}{'<=2%':>7}")
     print(_row("timed keys: the sweep's entries", timed))
     for name in names:

@@ -79,9 +79,10 @@ def estimate(
 
 #: One refit of the sweep's learner on the host (``tuner.learning.Learner.fit_device``, after every key), as the
 #: keys so far grow: about REFIT_S + REFIT_S_PER_KEY x keys, fitted on ``python benchmarks/learner_cost.py`` on the
-#: 2-core VM of the benchmarks (0.44 s at 41 keys, 0.76 at 121, 1.31 at 481, 1.89 at 756; storage in memory).
-REFIT_S = 0.36
-REFIT_S_PER_KEY = 0.002
+#: 2-core VM of the benchmarks (0.44 s at 41 keys, 0.76 at 121, 1.31 at 481, 1.89 at 756; storage in memory), raised
+#: by what the residual's choice of features added side by side (x1.11 / 1.36 / 1.15 / 1.22 at those counts).
+REFIT_S = 0.40
+REFIT_S_PER_KEY = 0.0025
 
 
 #: A raced trial's time in the storage on PostgreSQL (a sweep's workers share one): its insert, the heartbeat
