@@ -301,6 +301,10 @@ def test_a_profile_carries_its_residual_through_json_and_its_hash() -> None:
     assert back.residual == with_residual.residual and back.profile_hash == with_residual.profile_hash
     assert with_residual.profile_hash != soc.profile_hash
     assert "residual" not in profile_to_json(soc)  # the shipped profiles carry none
+    older = profile_to_json(with_residual)
+    del older["residual"]["dropped"]  # a profile written before the fit chose its features
+    back = profile_from_json(older)
+    assert back.residual == with_residual.residual and back.residual.dropped == ()
 
 
 @pytest.mark.parametrize(
