@@ -81,7 +81,7 @@ class TuningTable:
     # "fit": what that fit says (model_tools.calibrate.DeviceFit.summary)}; None for the model backend.
     device: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
-    _index: dict[Variant, tuple[list[float], list[TableEntry]]] = field(
+    _index: dict[Variant, tuple[list[int], list[TableEntry]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     _profile: list[SocProfile] = field(default_factory=list, init=False, repr=False, compare=False)
@@ -99,29 +99,25 @@ class TuningTable:
             groups.setdefault(e.variant, []).append(e)
         for key, group in groups.items():
             group.sort(key=lambda e: e.size)
-            # Upper bucket bound of each entry but the last: geometric mean with the next size.
-            bounds = [math.sqrt(a.size * b.size) for a, b in zip(group, group[1:], strict=False)]
-            self._index[key] = (bounds, group)
+            # Each entry but the last serves n below its limit: the first integer past the geometric mean with the
+            # next size (m * m > a * b, in integers: n is then nearer the next in log; at the mean, the smaller's).
+            limits = [math.isqrt(a.size * b.size) + 1 for a, b in zip(group, group[1:], strict=False)]
+            self._index[key] = (limits, group)
 
     def lookup(self, variant: Variant, n: int) -> TableEntry | None:
         """The entry whose size bucket holds ``n`` (None for n == 0 or an untuned variant)."""
         found = self._index.get(variant)
         if found is None or n <= 0:
             return None
-        bounds, group = found
-        return group[bisect.bisect_right(bounds, n - 0.5)]
+        limits, group = found
+        return group[bisect.bisect_right(limits, n)]
 
     def bucket_limits(self) -> list[tuple[TableEntry, int | None]]:
         """Every entry with the first element count past its bucket (None: open-ended), as integers
         that reproduce ``lookup`` exactly: entry i serves 1 <= n < limit (after entry i-1's limit)."""
         out: list[tuple[TableEntry, int | None]] = []
-        for bounds, group in self._index.values():
-            for i, e in enumerate(group):
-                if i == len(bounds):
-                    out.append((e, None))
-                    continue
-                # the smallest integer m with m - 0.5 >= bound: lookup's bisect sends m to the next entry
-                out.append((e, math.ceil(bounds[i] + 0.5)))
+        for limits, group in self._index.values():
+            out += [(e, limits[i] if i < len(limits) else None) for i, e in enumerate(group)]
         return out
 
     def to_json(self) -> dict[str, Any]:
