@@ -243,10 +243,7 @@ def _solve(
     """Ridge on the feature columns (``penalty`` per column), each key's level free (``_system``): the features'
     part (0 where no case sets the level, and on the columns ``keep`` leaves out: a feature dropped)."""
     beta = np.zeros(WIDTH)
-    if keep is None:
-        beta[used] = np.linalg.solve(gram + np.diag(penalty[used]), rhs)
-        return beta
-    mine = np.flatnonzero(keep[used])  # the system's rows and columns of the kept features
+    mine = np.arange(used.size) if keep is None else np.flatnonzero(keep[used])  # the system's kept rows and columns
     if mine.size:
         beta[used[mine]] = np.linalg.solve(gram[np.ix_(mine, mine)] + np.diag(penalty[used[mine]]), rhs[mine])
     return beta
@@ -400,8 +397,9 @@ def _fit(x: sparse.csr_matrix, g: np.ndarray, y: np.ndarray, scale: float, grid:
     if tried[best] >= none:
         return Residual(penalty=0.0, held_out_rms=rms_none, held_out_rms_none=rms_none)
     penalty, weight = best
-    dropped, sse = _select(folds, _penalties(penalty * scale, weight), tried[best])
-    beta = _solve(*_system(x, g, y), _penalties(penalty * scale, weight), _kept(dropped))
+    penalties = _penalties(penalty * scale, weight)
+    dropped, sse = _select(folds, penalties, tried[best])
+    beta = _solve(*_system(x, g, y), penalties, _kept(dropped))
     beta = np.clip(beta, -MAX_LOG_FACTOR, MAX_LOG_FACTOR)
     return Residual(tuple(float(b) for b in beta), penalty, weight, math.sqrt(sse / y.size), rms_none,
                     tuple(FEATURES[j][0] for j in dropped))  # fmt: skip
