@@ -1,9 +1,9 @@
 """The model of the BinaryCrossEntropyGrad host tiling: compute, check, predict.
 
-The cost model's engine is C++ (``include/bce_grad_cost_model.h``, bound as ``_engine``; the CANN build
-compiles the same header); the rest is Python. Imports and includes nothing else of bcetune; its command
-line, calibration, plots and explanations (``model_tools``), the kernel, the tuner and the service build on
-it (tests/project/test_layers.py), and importing it loads no plotting, fitting or tuning library.
+The cost model's engine is C++ (``include/bce_grad_cost_model.h`` and its re-fit ``bce_grad_refit.h``, bound as
+``_engine``; the CANN build compiles the same headers); the rest is Python. Imports and includes nothing else of
+bcetune; its command line, calibration, plots and explanations (``model_tools``), the kernel, the tuner and the
+service build on it (tests/project/test_layers.py), and importing it loads no plotting, fitting or tuning library.
 """
 
 from tiling_model.cost import Prediction, predict, predict_detail

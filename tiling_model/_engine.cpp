@@ -1,5 +1,6 @@
-// Python binding of the cost model's engine (tiling_model/include/bce_grad_cost_model.h): the same header the
-// CANN build compiles, so what the service, the tuner and the explorer compute is what the build computes.
+// Python binding of the cost model's engine (tiling_model/include/bce_grad_cost_model.h and its re-fit,
+// bce_grad_refit.h): the same headers the CANN build compiles, so what the service, the tuner and the explorer
+// compute is what the build computes.
 //
 // The header's structs point at their arrays (the build keeps them in generated constexpr tables); here a
 // Soc and a Kernel own theirs and hand the header a model that points into them. Everything is named:
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "bce_grad_cost_model.h"
+#include "bce_grad_refit.h"
 #include "bce_grad_residual.h"
 #include "bce_grad_tiling_core.h"
 

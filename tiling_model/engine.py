@@ -1,6 +1,6 @@
 """The cost model's engine, from Python: the C++ model the CANN build compiles
-(``tiling_model/include/bce_grad_cost_model.h``, ``INCLUDE_DIR``), bound with nanobind as
-``tiling_model._engine``.
+(``tiling_model/include/bce_grad_cost_model.h`` and its re-fit ``bce_grad_refit.h``, ``INCLUDE_DIR``), bound with
+nanobind as ``tiling_model._engine``.
 
 Every single prediction, every re-fit and every whole-space scoring goes through here, so the service,
 the tuner's seeding, the explorer and ``predict`` compute what the build computes, with the same code.

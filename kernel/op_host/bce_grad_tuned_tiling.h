@@ -2,7 +2,7 @@
  * What the build ships: the tuned knobs of a call (bce_grad_tuned_table.h, generated from the
  * service's tables) and, at a size the tables were not tuned at, the service's unseen-size policy:
  * keep the bucket's BUFFER_NUM, re-fit the block size, core count and tile with the cost model at the
- * exact size (bce_grad_cost_model.h); with a device's table (a learned correction or residual: cost::Learned)
+ * exact size (bce_grad_refit.h over bce_grad_cost_model.h); with a device's table (a learned correction or residual: cost::Learned)
  * choose the BUFFER_NUM too (cost::RefitAcross). So the compiled operator tiles every call as `POST /tiling`
  * answers it (tests/kernel/test_tuned_header.py: the same knobs on thousands of random sizes per SoC).
  *
@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "bce_grad_cost_model.h"
+#include "bce_grad_refit.h"
 #include "bce_grad_tiling_core.h"
 #include "bce_grad_tuned_table.h"
 
