@@ -1,8 +1,9 @@
 // The re-fit (bce_grad::cost::Refit, a branch and bound) against every configuration of its slice predicted
 // one by one (PredictConfig) with the space's tie-break: random sizes, kernel variants of the generated
 // table (a quarter of them with the seed kernel's per-tile scalar queue), block subsets, buffer counts, core
-// caps, tile tops, seeds (valid or not), knob corrections and residuals (bce_grad_residual.h); and the same search with a queue of 4 ranges,
-// where the full queue's fallback does most of the work; and WidestOf
+// caps, tile tops, seeds (valid or not), knob corrections and residuals (bce_grad_residual.h: wide, or a device's
+// few tenths of a per cent, where a floor 3% too high at a core count's widths turns 6 of 250 cases red); and the
+// same search with a queue of 4 ranges, where the full queue's fallback does most of the work; and WidestOf
 // (what the search bounds each pair by) against KindsOf for every block and core count of each case; and, for a
 // quarter of the cases, the re-fit across buffer counts (RefitAcross) against every slice's exhaustive pick.
 // Prints one line per disagreement and a summary; exits 1 on any.
@@ -112,8 +113,16 @@ int main(int argc, char** argv) {
         double residualF[bce_grad::residual::kWidth];
         const bool residual = rng() % 2 == 0;  // a device-fitted profile's residual over the realised tiling
         if (residual) {
-            std::lognormal_distribution<double> factor(0.0, rng() % 2 ? 0.03 : 0.15);
+            // wide factors, or a device's: 1% or a few tenths of a per cent apart, whole features left at 1 (a fit's
+            // dropped groups), where the floors are tight enough to prune a core count's widths by their pairs' factors
+            constexpr double kSpreads[] = {0.15, 0.03, 0.01, 0.004};
+            const int spread = static_cast<int>(rng() % std::size(kSpreads));
+            std::lognormal_distribution<double> factor(0.0, kSpreads[spread]);
             for (double& f : residualF) f = factor(rng);
+            for (int f = 0; spread >= 2 && f < bce_grad::residual::kFeatures; ++f) {
+                if (rng() % 3 != 0) continue;
+                for (int l = 0; l < bce_grad::residual::kLevels[f]; ++l) residualF[bce_grad::residual::OffsetOf(f) + l] = 1.0;
+            }
             s.residualFactor = residualF;
             k.corrected = true;
         }
