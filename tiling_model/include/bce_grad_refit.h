@@ -385,7 +385,7 @@ struct RefitRange {
 
 /** A (block, cores) pair's core kinds and what bounds its configurations, computed at its first opening. */
 struct RefitPair {
-    bool known;
+    uint32_t epoch;      // known in the search of this RefitScratch::epoch (PairOf computes it at its first use)
     Kinds kinds;         // at any tile (WithTile sets the tiles)
     int64_t widest;      // elements of the widest core kind that runs
     double trafficUs;    // launch + bytes over the bandwidth with the least correction: under every tile's
@@ -441,14 +441,22 @@ struct WidestMemo {
     }
 };
 
-/** What a re-fit works in: per thread, reused, no allocation (the pairs are marked unknown per call). */
+/** What a re-fit works in: per thread, reused, no allocation (a new search's epoch marks every pair and every core
+ *  count's widths unknown). */
 struct RefitScratch {
     WidestMemo widest;  // kept across calls at one size (RefitAcross's slices)
+    uint32_t epoch = 0;  // the current search's (0 is never one: a fresh scratch knows no pair)
+    // Calls (RefitOn): the current one (0: a search made outside RefitOn, which shares nothing), how many so far,
+    // and the call and core counts whose lines `lines` holds. CoreLines do not depend on the buffer count, so the
+    // slices of one RefitAcross (one size, kernel, SoC and core cap) make them once.
+    uint64_t call = 0, calls = 0, linesCall = 0;
+    int64_t linesTop = 0;
     CoreLines lines[kMaxCores + 1];
     double groupFactor[kMaxCores + 1];
-    RefitPair pairs[kMaxBlocks][kMaxCores + 1];
+    RefitPair pairs[kMaxBlocks][kMaxCores + 1] = {};
     RefitWidth widths[kMaxCores + 1][kMaxBlocks];  // per core count: its pairs' widest cores, distinct
-    int widthCount[kMaxCores + 1];                 // how many (0: not computed yet)
+    int widthCount[kMaxCores + 1];                 // how many
+    uint32_t widthsEpoch[kMaxCores + 1] = {};      // the search that made them
     int8_t widthOf[kMaxBlocks][kMaxCores + 1];     // a pair's index in its core count's widths
     double pairResidual[kMaxBlocks][kMaxCores + 1];  // a pair's residual::Floors::PairFactor (with widthOf)
     RefitRange queue[kMaxRanges];
@@ -512,21 +520,39 @@ public:
             blockClasses[b] = ResidualBlockClass(blocks[b]);
         }
         if (residual_) floors_.Set(s.residualFactor, bn, blockClasses, nBlocks);
+        if (++w.epoch == 0) {  // wrapped: no pair or widths may look made
+            for (auto& row : w.pairs) {
+                for (RefitPair& p : row) p.epoch = 0;
+            }
+            std::fill(std::begin(w.widthsEpoch), std::end(w.widthsEpoch), 0u);
+            w.epoch = 1;
+        }
+        // per core count c, the first block (blocks descend: the largest) and the least residual block factor of
+        // the blocks that run c cores (coresMax_[b] >= c): from each count's own, the counts above it folded in
+        int firstBlock[kMaxCores + 2];
+        std::fill(firstBlock, firstBlock + topCores_ + 2, nBlocks);
+        std::fill(coresBlock_, coresBlock_ + topCores_ + 1, residual_ ? INFINITY : 1.0);
+        for (int b = nBlocks - 1; b >= 0; --b) {
+            firstBlock[coresMax_[b]] = b;
+            if (residual_) coresBlock_[coresMax_[b]] = std::min(coresBlock_[coresMax_[b]], ResidualBlock(b));
+        }
+        for (int64_t c = topCores_ - 1; c >= 1; --c) {
+            firstBlock[c] = std::min(firstBlock[c], firstBlock[c + 1]);
+            coresBlock_[c] = std::min(coresBlock_[c], coresBlock_[c + 1]);
+        }
+        const bool linesHeld = w.call != 0 && w.linesCall == w.call && w.linesTop == topCores_;
+        w.linesCall = w.call;
+        w.linesTop = topCores_;
         for (int64_t c = 1; c <= topCores_; ++c) {
-            w.lines[c].Set(c, bn, k, s, agg_, vec, mte2Line, mte3Line);
+            if (linesHeld) {
+                w.lines[c].bn = bn;
+            } else {
+                w.lines[c].Set(c, bn, k, s, agg_, vec, mte2Line, mte3Line);
+            }
             w.groupFactor[c] = KnobFactorFloor(s, k, -1, bn, c);
-            for (int b = 0; b < nBlocks; ++b) {  // the widest core any block gives c cores: (every + 1) blocks at most
-                if (c > coresMax_[b]) continue;
-                const int64_t blockElems = blocks[b] / k.elemBytes;
-                widestTop_[c] = CeilDiv(n + blockElems - 1, c) + blockElems;
-                break;  // blocks descend: the first that runs c cores is the largest
-            }
-            for (int b = 0; b < nBlocks; ++b) w.pairs[b][c].known = false;
-            coresBlock_[c] = residual_ ? INFINITY : 1.0;  // the least residual block factor of c cores' blocks
-            for (int b = 0; residual_ && b < nBlocks; ++b) {
-                if (c <= coresMax_[b]) coresBlock_[c] = std::min(coresBlock_[c], ResidualBlock(b));
-            }
-            w.widthCount[c] = 0;
+            // the widest core any block gives c cores: (every + 1) blocks at most, of the largest block that runs c
+            const int64_t blockElems = blocks[firstBlock[c]] / k.elemBytes;
+            widestTop_[c] = CeilDiv(n + blockElems - 1, c) + blockElems;
         }
         w.widest.Reset(n, k.elemBytes, blocks, nBlocks);
     }
@@ -736,7 +762,7 @@ private:
      *  floors are computed (on a device table's 40 slowest first calls, 99 of the 152 a call pushed for nothing). */
     void OpenCores(const RefitRange& r) {
         const int64_t c = r.cores;
-        if (w_.widthCount[c] == 0) Widths(c);
+        Widths(c);
         for (int i = 0; i < w_.widthCount[c]; ++i) {
             if (residual_ && !CanWin(r.engine * LooseResidual(c, 0.0, w_.widths[c][i].residualPair),
                                      r.tiHi * kTileStepBytes, c, WidthBlock(i))) {
@@ -846,6 +872,8 @@ private:
 
     /** The widest cores (and their lines) of the pairs of c cores, each once, and which is each pair's. */
     void Widths(int64_t c) {
+        if (w_.widthsEpoch[c] == w_.epoch) return;  // made in this search
+        w_.widthsEpoch[c] = w_.epoch;
         RefitWidth* widths = w_.widths[c];
         int count = 0;
         for (int b = 0; b < nBlocks_; ++b) {
@@ -880,10 +908,10 @@ private:
     /** The pair's kinds, widest core (its width's) and traffic with its least knob correction (at its first use). */
     const RefitPair& PairOf(int b, int64_t c) {
         RefitPair& p = w_.pairs[b][c];
-        if (p.known) return p;
+        if (p.epoch == w_.epoch) return p;
         if (stats_) ++stats_->pairs;
-        if (w_.widthCount[c] == 0) Widths(c);
-        p.known = true;
+        Widths(c);
+        p.epoch = w_.epoch;
         p.kinds = KindsOf(n_, k_.elemBytes, blocks_[b], kTileStepBytes, c);  // kinds.cores == c: c <= its blocks
         const RefitWidth& width = w_.widths[c][w_.widthOf[b][c]];
         p.widest = width.elems;
@@ -1028,19 +1056,37 @@ private:
     Best best_;
 };
 
+/** This thread's re-fit scratch (~390 KiB), reused: not on the stack, not allocated per call. */
+inline RefitScratch& ThreadScratch() {
+    static thread_local RefitScratch scratch;
+    return scratch;
+}
+
+/** Refit on scratch w as part of `call` (RefitScratch::calls: a search of the same call finds its core counts'
+ *  lines made). */
+inline RefitChoice RefitOn(RefitScratch& w, uint64_t call, int64_t n, const int64_t* blocks, int nBlocks, int64_t bn,
+                           int64_t tileTop, int64_t maxCores, const KernelModel& k, const SocModel& s,
+                           int64_t seedBlock, int64_t seedTile, int64_t seedCores, RefitStats* stats, double bound) {
+    const int64_t tiles = std::min(tileTop / kTileStepBytes, kMaxTiles);
+    if (n <= 0 || nBlocks <= 0 || nBlocks > kMaxBlocks || tiles < 1) return RefitChoice{-1, -1, -1, INFINITY};
+    w.call = call;
+    RefitSearch search(w, n, blocks, nBlocks, bn, tiles, maxCores, k, s, stats);
+    search.Bound(bound);
+    search.Seed(seedBlock, seedTile, seedCores);
+    const RefitChoice choice = search.Run();
+    w.call = 0;
+    return choice;
+}
+
 /** RefitSearch over one slice: tiles up to tileTop, the blocks in descending order, 1 to maxCores cores;
  *  the seed (any configuration of the slice, or none) only speeds it up; a bound (RefitSearch::Bound) leaves
  *  out what cannot tie it. */
 inline RefitChoice Refit(int64_t n, const int64_t* blocks, int nBlocks, int64_t bn, int64_t tileTop, int64_t maxCores,
                          const KernelModel& k, const SocModel& s, int64_t seedBlock, int64_t seedTile,
                          int64_t seedCores, RefitStats* stats = nullptr, double bound = INFINITY) {
-    const int64_t tiles = std::min(tileTop / kTileStepBytes, kMaxTiles);
-    if (n <= 0 || nBlocks <= 0 || nBlocks > kMaxBlocks || tiles < 1) return RefitChoice{-1, -1, -1, INFINITY};
-    static thread_local RefitScratch scratch;  // ~390 KiB per thread, reused: not on the stack, not allocated per call
-    RefitSearch search(scratch, n, blocks, nBlocks, bn, tiles, maxCores, k, s, stats);
-    search.Bound(bound);
-    search.Seed(seedBlock, seedTile, seedCores);
-    return search.Run();
+    RefitScratch& w = ThreadScratch();
+    return RefitOn(w, ++w.calls, n, blocks, nBlocks, bn, tileTop, maxCores, k, s, seedBlock, seedTile, seedCores, stats,
+                   bound);
 }
 
 /** Whether the SoC's model carries what a sweep learnt on a device (a knob correction or a residual): its
@@ -1103,10 +1149,12 @@ inline RefitPick RefitAcross(int64_t n, const int64_t* blocks, int nBlocks, cons
     int order[kOrderedSlices];
     const bool ordered = count <= kOrderedSlices;
     if (ordered) SliceOrder(n, slices, count, k, s, seedBlock, seedTile, seedCores, order);
+    RefitScratch& w = ThreadScratch();
+    const uint64_t call = ++w.calls;  // every slice's search: one size, kernel and SoC
     for (int j = 0; j < count; ++j) {
         const int i = ordered ? order[j] : j;
-        const RefitChoice c = Refit(n, blocks, nBlocks, slices[i].bufferNum, slices[i].tileTop, maxCores, k, s,
-                                    seedBlock, seedTile, seedCores, stats, bound);
+        const RefitChoice c = RefitOn(w, call, n, blocks, nBlocks, slices[i].bufferNum, slices[i].tileTop, maxCores,
+                                      k, s, seedBlock, seedTile, seedCores, stats, bound);
         if (c.blockBytes <= 0) continue;
         bound = std::min(bound, c.us);
         const ConfigKey key{c.key, slices[i].bufferNum, c.tileBytes, c.coreNum, c.blockBytes};
