@@ -4,8 +4,10 @@ shaped like our knob correction and on ones that are not.
 For each stand-in device (``tuner.synthetic.SyntheticDevice``: ``knob`` effects by block, BUFFER_NUM, tile,
 alignment and core count, the shape of our correction; ``realised`` effects of what the knobs make of a
 size: a copy's bytes against the buffer count, the last copy's alignment, core boundaries, tiles per core
-against the buffer count, an odd core count), a device-loop sweep of ``--keys`` keys at ``--trials``
-trials (``tuner.study.tune`` with the learner, as ``run_sweep`` runs it). Then ``--judged`` of its keys,
+against the buffer count, an odd core count; ``crossed`` effects of the realised tiling in classes the
+residual's features keep apart, written after they were fixed: a check out of their shape), a device-loop sweep
+of ``--keys`` keys at ``--trials`` trials (``tuner.study.tune`` with the learner, as ``run_sweep`` runs it).
+Then ``--judged`` of its keys,
 each at two sizes it never timed (x0.61 and x1.37), true regret over the exhaustive optimum of:
 
 - the shipped model's re-fit (the bucket's BUFFER_NUM kept: what the service and the build do with the
@@ -33,10 +35,10 @@ range, so it predicts more.
 The residual is fitted on every measurement of the sweep; where its held-out check fails it is 1.
 Configurations are scored without the validation the service adds (the truth times any of them).
 
-Run: ``make bench-search`` (or ``.venv/bin/python benchmarks/untimed_sizes.py``, ``--devices
-knob:7,realised:3``); minutes per device. ``--replicate R`` runs the same sweep on another draw of the
-device's sample noise (the device, its keys and the judged sizes unchanged): 60 sizes judge a share within
-2% to about 6 points, so one draw says little about a device.
+Run: ``make bench-search`` (or ``.venv/bin/python benchmarks/untimed_sizes.py``; ``--devices`` defaults to
+knob:7,realised:3,realised:11,crossed:1); minutes per device. ``--replicate R`` runs the same sweep on another
+draw of the device's sample noise (the device, its keys and the judged sizes unchanged): 60 sizes judge a share
+within 2% to about 6 points, so one draw says little about a device.
 """
 
 from __future__ import annotations
@@ -192,7 +194,7 @@ def _row(label: str, regrets: list[float]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--devices", default="knob:7,realised:3,realised:11", help="shape:seed,...")
+    ap.add_argument("--devices", default="knob:7,realised:3,realised:11,crossed:1", help="shape:seed,...")
     ap.add_argument("--keys", type=int, default=120)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--judged", type=int, default=30)

@@ -128,9 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic noise (synthetic: the device's too)")
     s.add_argument(
         "--device-shape",
-        choices=("knob", "realised"),
+        choices=("knob", "realised", "crossed"),
         default="knob",
-        help="synthetic backend: what the stand-in's shared effects follow, the knobs or the realised tiling",
+        help="synthetic backend: what the stand-in's shared effects follow: the knobs, the realised tiling, or the "
+        "realised tiling in classes the residual's features keep apart",
     )
     s.add_argument("--warmup", type=int, default=2, help="timed backends: warm-up launches per measurement")
     s.add_argument(

@@ -12,6 +12,11 @@ One device, as a real one would differ from its SoC profile:
   within 4 KiB against the buffer count, the last copy's alignment weighted by its share of a core's
   tiles, core boundaries off 512 B, tiles per core against the buffer count, an odd core count), so a
   correction by knob class cannot express them;
+- or (``shape="crossed"``) effects of the realised tiling in classes the residual's features keep apart
+  (``tiling_model.residual``): block size by buffer count, the tile's place in an 8 KiB page by element size,
+  how full the last tile is (its share of a full tile, in quarters) over the core's tiles, the core count
+  modulo 4 by buffer count, and every tile of the launch (cores times tiles, by powers of two). Written after
+  the residual's features were fixed, as a check out of their shape: no feature was chosen looking at it;
 - **noise** on every sample (log-normal) with **outliers** (a share of samples 1.5 to 3 times slow).
 
 ``truth_us`` is the noise-free time; ``optimum`` the best of a key's whole search space under it
@@ -36,7 +41,9 @@ HARDWARE_SD = {"hbm": 0.08, "l2": 0.15, "mte2": 0.08, "mte3": 0.08, "vector_star
 EFFECT_SD = {"block": 0.02, "buffer": 0.025, "tile": 0.008, "align": 0.015, "cores": 0.008, "config": 0.008}
 #: Log sd of the realised-tiling effects (``shape="realised"``).
 REALISED_SD = {"burst": 0.02, "tail": 0.06, "bounds": 0.015, "tiles": 0.015, "odd": 0.01}
-DEVICE_SHAPES = ("knob", "realised")
+#: Log sd of the crossed effects (``shape="crossed"``).
+CROSSED_SD = {"block_buffers": 0.015, "page_dtype": 0.02, "fill": 0.05, "cores_mod4": 0.012, "launch_tiles": 0.015}
+DEVICE_SHAPES = ("knob", "realised", "crossed")
 
 
 def _hashed_normal(salt: int, *cols: np.ndarray) -> np.ndarray:
@@ -103,6 +110,8 @@ class SyntheticDevice:
         z = EFFECT_SD["block"] * _hashed_normal(s + 1, block) + EFFECT_SD["buffer"] * _hashed_normal(s + 2, bn)
         if self.shape == "realised":
             z = z + self._realised(n, elem, block, bn, tile, cores)
+        elif self.shape == "crossed":
+            z = z + self._crossed(n, elem, block, bn, tile, cores)
         else:
             z = (
                 z
@@ -138,6 +147,30 @@ class SyntheticDevice:
             + REALISED_SD["bounds"] * np.abs(_hashed_normal(s + 3, bnu)) * misaligned
             + REALISED_SD["tiles"] * _hashed_normal(s + 4, np.minimum(tiles, 40), bnu)
             + REALISED_SD["odd"] * _hashed_normal(s + 5, used % 2, bnu)
+        )
+        return z
+
+    def _crossed(
+        self, n: int, elem: int, block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray
+    ) -> np.ndarray:
+        """Log effects in classes the residual's features do not have (``shape="crossed"``)."""
+        s = self.seed * 137
+        k = engine.core_kinds(n, elem, np.asarray(block), np.asarray(bn), np.asarray(tile), np.asarray(cores))
+        rows = np.arange(len(k.block_dim))
+        slowest = np.argmax(np.where(k.cores > 0, k.tiles, -1), axis=1)
+        tiles = np.maximum(k.tiles[rows, slowest], 1)
+        tile_elems = np.maximum(np.asarray(tile, dtype=np.int64) // elem, 1)
+        fill = np.minimum(4 * k.tail[rows, slowest] // tile_elems, 3)  # the last tile's share of a full one
+        bnu = np.asarray(bn, dtype=np.uint64)
+        used = np.asarray(k.block_dim, dtype=np.int64)
+        page = (np.asarray(tile, dtype=np.int64) % 8192) // 512
+        launch = np.floor(np.log2(np.maximum(tiles * used, 1))).astype(np.int64)
+        z: np.ndarray = (
+            CROSSED_SD["block_buffers"] * _hashed_normal(s + 1, block, bnu)
+            + CROSSED_SD["page_dtype"] * _hashed_normal(s + 2, page, np.full_like(page, elem))
+            + CROSSED_SD["fill"] * np.abs(_hashed_normal(s + 3, fill)) * (tiles > 1) / tiles
+            + CROSSED_SD["cores_mod4"] * _hashed_normal(s + 4, used % 4, bnu)
+            + CROSSED_SD["launch_tiles"] * _hashed_normal(s + 5, np.minimum(launch, 14))
         )
         return z
 

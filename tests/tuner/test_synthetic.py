@@ -1,5 +1,5 @@
-"""The stand-in devices: a knob-shaped one prices knobs whatever the size, a realised one what the knobs
-make of a size; the shared part of their effects is what a learnt model can know (the floor)."""
+"""The stand-in devices: a knob-shaped one prices knobs whatever the size, a realised or crossed one what the
+knobs make of a size; the shared part of their effects is what a learnt model can know (the floor)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,15 @@ def test_a_realised_device_prices_what_the_knobs_make_of_a_size() -> None:
     assert np.all(np.abs(np.log(a)) < 0.5)
 
 
-@pytest.mark.parametrize("shape", ["knob", "realised"])
+def test_a_crossed_device_prices_what_the_knobs_make_of_a_size_in_other_classes() -> None:
+    d = SyntheticDevice(SOC, 5, shape="crossed")
+    a, b = _shared(d, 100_003), _shared(d, 7_777_777)
+    assert np.mean(a != b) > 0.5  # the same knobs, other last tiles and launch tile counts
+    assert not np.array_equal(a, _shared(SyntheticDevice(SOC, 5, shape="realised"), 100_003))
+    assert np.all(np.abs(np.log(a)) < 0.5)
+
+
+@pytest.mark.parametrize("shape", ["knob", "realised", "crossed"])
 def test_the_shared_part_leaves_out_only_the_per_configuration_effect(shape: str) -> None:
     d = SyntheticDevice(SOC, 2, shape=shape)
     whole = d.effects(*KNOBS, key_salt=17, n=123_457, elem=4)
@@ -57,7 +65,7 @@ def test_the_floor_never_beats_the_optimum() -> None:
 
 
 def test_an_unknown_shape_is_named() -> None:
-    with pytest.raises(ValueError, match="unknown stand-in device shape 'tiled'; known: knob, realised"):
+    with pytest.raises(ValueError, match="unknown stand-in device shape 'tiled'; known: knob, realised, crossed"):
         synthetic_backend("Ascend910B2", shape="tiled")
 
 
