@@ -33,6 +33,7 @@ import numpy as np
 
 from tiling_model import SocProfile, TilingData, TilingParams, Variant, compute_tiling, engine, load_soc, predict
 from tiling_model.kernels import bce_grad_kernel
+from tiling_model.model_types import CoreKinds
 from tiling_model.space import score_space
 
 #: Log sd of the device's hardware parameters against its profile.
@@ -63,6 +64,17 @@ def _hashed_normal(salt: int, *cols: np.ndarray) -> np.ndarray:
 def _alignment(tile: np.ndarray) -> np.ndarray:
     t = np.asarray(tile, dtype=np.int64)
     return np.where(t % 4096 == 0, 3, np.where(t % 2048 == 0, 2, np.where(t % 1024 == 0, 1, 0)))
+
+
+def _slowest_kind(
+    n: int, elem: int, block: np.ndarray, bn: np.ndarray, tile: np.ndarray, cores: np.ndarray
+) -> tuple[CoreKinds, np.ndarray, np.ndarray, np.ndarray]:
+    """The engine's core kinds of each configuration at ``n`` elements, and of the kind with most tiles (the first on
+    a tie) its tiles (at least 1) and its last tile's elements; the cores the launch uses."""
+    k = engine.core_kinds(n, elem, np.asarray(block), np.asarray(bn), np.asarray(tile), np.asarray(cores))
+    rows = np.arange(len(k.block_dim))
+    slowest = np.argmax(np.where(k.cores > 0, k.tiles, -1), axis=1)
+    return k, np.maximum(k.tiles[rows, slowest], 1), k.tail[rows, slowest], np.asarray(k.block_dim, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -129,18 +141,14 @@ class SyntheticDevice:
     ) -> np.ndarray:
         """Log effects of what the knobs make of ``n`` elements (the engine's core kinds)."""
         s = self.seed * 131
-        k = engine.core_kinds(n, elem, np.asarray(block), np.asarray(bn), np.asarray(tile), np.asarray(cores))
-        rows = np.arange(len(k.block_dim))
-        slowest = np.argmax(np.where(k.cores > 0, k.tiles, -1), axis=1)
-        tiles = np.maximum(k.tiles[rows, slowest], 1)
-        tail_bytes = k.tail[rows, slowest] * elem
+        k, tiles, tail_elems, used = _slowest_kind(n, elem, block, bn, tile, cores)
+        tail_bytes = tail_elems * elem
         bnu = np.asarray(bn, dtype=np.uint64)
         burst = (np.asarray(tile, dtype=np.int64) % 4096) // 512  # the copy's bytes within a 4 KiB page
         tail = np.where(
             tail_bytes % 32 != 0, 3, np.where(tail_bytes % 512 != 0, 2, np.where(tail_bytes % 4096 != 0, 1, 0))
         )
         misaligned = ~np.all(k.aligned | (k.cores == 0), axis=1)
-        used = np.asarray(k.block_dim, dtype=np.int64)
         z: np.ndarray = (
             REALISED_SD["burst"] * _hashed_normal(s + 1, burst, bnu)
             + REALISED_SD["tail"] * np.abs(_hashed_normal(s + 2, tail)) * (tail > 0) / tiles
@@ -155,14 +163,10 @@ class SyntheticDevice:
     ) -> np.ndarray:
         """Log effects in classes the residual's features do not have (``shape="crossed"``)."""
         s = self.seed * 137
-        k = engine.core_kinds(n, elem, np.asarray(block), np.asarray(bn), np.asarray(tile), np.asarray(cores))
-        rows = np.arange(len(k.block_dim))
-        slowest = np.argmax(np.where(k.cores > 0, k.tiles, -1), axis=1)
-        tiles = np.maximum(k.tiles[rows, slowest], 1)
+        _, tiles, tail_elems, used = _slowest_kind(n, elem, block, bn, tile, cores)
         tile_elems = np.maximum(np.asarray(tile, dtype=np.int64) // elem, 1)
-        fill = np.minimum(4 * k.tail[rows, slowest] // tile_elems, 3)  # the last tile's share of a full one
+        fill = np.minimum(4 * tail_elems // tile_elems, 3)  # the last tile's share of a full one
         bnu = np.asarray(bn, dtype=np.uint64)
-        used = np.asarray(k.block_dim, dtype=np.int64)
         page = (np.asarray(tile, dtype=np.int64) % 8192) // 512
         launch = np.floor(np.log2(np.maximum(tiles * used, 1))).astype(np.int64)
         z: np.ndarray = (
