@@ -447,10 +447,9 @@ struct RefitScratch {
     WidestMemo widest;  // kept across calls at one size (RefitAcross's slices)
     uint32_t epoch = 0;  // the current search's (0 is never one: a fresh scratch knows no pair)
     // Calls (RefitOn): the current one (0: a search made outside RefitOn, which shares nothing), how many so far,
-    // and the call and core counts whose lines `lines` holds. CoreLines do not depend on the buffer count, so the
-    // slices of one RefitAcross (one size, kernel, SoC and core cap) make them once.
+    // and the call whose lines `lines` holds. CoreLines do not depend on the buffer count, so the slices of one
+    // RefitAcross (one size, kernel, SoC and core cap: the same core counts) make them once.
     uint64_t call = 0, calls = 0, linesCall = 0;
-    int64_t linesTop = 0;
     CoreLines lines[kMaxCores + 1];
     double groupFactor[kMaxCores + 1];
     RefitPair pairs[kMaxBlocks][kMaxCores + 1] = {};
@@ -529,8 +528,8 @@ public:
         }
         // per core count c, the first block (blocks descend: the largest) and the least residual block factor of
         // the blocks that run c cores (coresMax_[b] >= c): from each count's own, the counts above it folded in
-        int firstBlock[kMaxCores + 2];
-        std::fill(firstBlock, firstBlock + topCores_ + 2, nBlocks);
+        int firstBlock[kMaxCores + 1];
+        std::fill(firstBlock, firstBlock + topCores_ + 1, nBlocks);
         std::fill(coresBlock_, coresBlock_ + topCores_ + 1, residual_ ? INFINITY : 1.0);
         for (int b = nBlocks - 1; b >= 0; --b) {
             firstBlock[coresMax_[b]] = b;
@@ -540,9 +539,8 @@ public:
             firstBlock[c] = std::min(firstBlock[c], firstBlock[c + 1]);
             coresBlock_[c] = std::min(coresBlock_[c], coresBlock_[c + 1]);
         }
-        const bool linesHeld = w.call != 0 && w.linesCall == w.call && w.linesTop == topCores_;
+        const bool linesHeld = w.call != 0 && w.linesCall == w.call;
         w.linesCall = w.call;
-        w.linesTop = topCores_;
         for (int64_t c = 1; c <= topCores_; ++c) {
             if (linesHeld) {
                 w.lines[c].bn = bn;
